@@ -1,0 +1,390 @@
+//! Configuration from the environment: parsing and validation only.
+//!
+//! Pure code, shared by the preload library (which warns and falls back to the default) and
+//! the launcher (which refuses a bad value with exit 2). Every variable is described once, in
+//! `VARIABLES`, so the warning, the launcher's error and `--help` say the same thing.
+
+use std::fmt;
+
+pub const KIB: u64 = 1024;
+pub const MIB: u64 = 1024 * KIB;
+pub const GIB: u64 = 1024 * MIB;
+
+/// Which mechanism drops a read stream's pages behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// RWF_DONTCACHE where the filesystem supports it, else fadvise.
+    Auto,
+    /// RWF_DONTCACHE only (streams on filesystems without it are left alone).
+    DontCache,
+    /// posix_fadvise(DONTNEED) on ranges proven to have been brought in by the stream.
+    Fadvise,
+    /// Track nothing, change nothing.
+    Off,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::DontCache => "dontcache",
+            Backend::Fadvise => "fadvise",
+            Backend::Off => "off",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Off = 0,
+    Error = 1,
+    Warn = 2,
+    Info = 3,
+    Debug = 4,
+}
+
+/// Where the exit report goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatsSink {
+    Off,
+    Stderr,
+    File(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub window: u64,
+    pub min_size: u64,
+    pub backend: Backend,
+    pub log_level: LogLevel,
+    pub log_fd: i32,
+    pub stats: StatsSink,
+    pub exclude: Vec<String>,
+}
+
+/// Bounds of the drop-behind window. The upper bound keeps a stream's residency proof (see
+/// `policy::Proof`) within its fixed-size ring.
+pub const WINDOW_MIN: u64 = 64 * KIB;
+pub const WINDOW_MAX: u64 = 64 * MIB;
+pub const DEFAULT_WINDOW: u64 = 8 * MIB;
+pub const DEFAULT_MIN_SIZE: u64 = MIB;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            window: DEFAULT_WINDOW,
+            min_size: DEFAULT_MIN_SIZE,
+            backend: Backend::Auto,
+            log_level: LogLevel::Off,
+            log_fd: 2,
+            stats: StatsSink::Off,
+            exclude: Vec::new(),
+        }
+    }
+}
+
+/// One environment variable: its name and what it accepts (for messages and help).
+pub struct Variable {
+    pub name: &'static str,
+    pub accepts: &'static str,
+    pub default: &'static str,
+}
+
+pub const VARIABLES: &[Variable] = &[
+    Variable {
+        name: "DROPBEHIND_WINDOW",
+        accepts: "a size from 64K to 64M (e.g. 4096, 64K, 8M)",
+        default: "8M",
+    },
+    Variable {
+        name: "DROPBEHIND_MIN_SIZE",
+        accepts: "a size (e.g. 0, 512K, 1M); files smaller than this are left alone",
+        default: "1M",
+    },
+    Variable {
+        name: "DROPBEHIND_BACKEND",
+        accepts: "one of auto, dontcache, fadvise, off",
+        default: "auto",
+    },
+    Variable {
+        name: "DROPBEHIND_LOG",
+        accepts: "one of off, error, warn, info, debug (or 0-4)",
+        default: "off",
+    },
+    Variable {
+        name: "DROPBEHIND_LOG_FD",
+        accepts: "a file descriptor number from 0 to 65535",
+        default: "2",
+    },
+    Variable {
+        name: "DROPBEHIND_STATS",
+        accepts: "0 or 1, stderr, or an absolute file path for the exit report",
+        default: "0",
+    },
+    Variable {
+        name: "DROPBEHIND_EXCLUDE",
+        accepts: "colon-separated absolute path globs, e.g. /var/lib/mysql/*:*.db",
+        default: "(empty)",
+    },
+];
+
+pub fn variable(name: &str) -> &'static Variable {
+    VARIABLES
+        .iter()
+        .find(|v| v.name == name)
+        .expect("known variable")
+}
+
+/// A value the user gave that we can't use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadValue {
+    pub name: &'static str,
+    pub value: String,
+}
+
+impl fmt::Display for BadValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = variable(self.name);
+        write!(
+            f,
+            "{}={:?} is not valid: it accepts {}",
+            self.name, self.value, v.accepts
+        )
+    }
+}
+
+/// Parses `4096`, `64K`, `8M`, `1G`, `2T` (binary units; an optional trailing `B` or `iB`).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let mult = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => KIB,
+        "M" | "MB" | "MIB" => MIB,
+        "G" | "GB" | "GIB" => GIB,
+        "T" | "TB" | "TIB" => 1024 * GIB,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+pub fn parse_backend(s: &str) -> Option<Backend> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "auto" => Some(Backend::Auto),
+        "dontcache" => Some(Backend::DontCache),
+        "fadvise" => Some(Backend::Fadvise),
+        "off" => Some(Backend::Off),
+        _ => None,
+    }
+}
+
+pub fn parse_log_level(s: &str) -> Option<LogLevel> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "off" | "0" | "" => Some(LogLevel::Off),
+        "error" | "1" => Some(LogLevel::Error),
+        "warn" | "warning" | "2" => Some(LogLevel::Warn),
+        "info" | "3" => Some(LogLevel::Info),
+        "debug" | "4" => Some(LogLevel::Debug),
+        _ => None,
+    }
+}
+
+fn parse_stats(s: &str) -> Option<StatsSink> {
+    match s.trim() {
+        "" | "0" | "off" | "no" => Some(StatsSink::Off),
+        "1" | "on" | "yes" | "stderr" => Some(StatsSink::Stderr),
+        p if p.starts_with('/') && !p.ends_with('/') => Some(StatsSink::File(p.to_string())),
+        _ => None,
+    }
+}
+
+fn parse_exclude(s: &str) -> Option<Vec<String>> {
+    let globs: Vec<String> = s
+        .split(':')
+        .filter(|g| !g.is_empty())
+        .map(str::to_string)
+        .collect();
+    // Patterns are matched against absolute paths; a relative one can never match.
+    if globs
+        .iter()
+        .all(|g| g.starts_with('/') || g.starts_with('*'))
+    {
+        Some(globs)
+    } else {
+        None
+    }
+}
+
+/// Builds a configuration from `lookup(name)`. Every bad value is reported in the returned
+/// list and replaced by its default; parsing itself never fails.
+pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<BadValue>) {
+    let mut cfg = Config::default();
+    let mut bad = Vec::new();
+    let mut take = |name: &'static str, apply: &mut dyn FnMut(&str) -> bool| {
+        if let Some(v) = lookup(name) {
+            if !apply(&v) {
+                bad.push(BadValue { name, value: v });
+            }
+        }
+    };
+    take("DROPBEHIND_WINDOW", &mut |v| match parse_size(v) {
+        Some(n) if (WINDOW_MIN..=WINDOW_MAX).contains(&n) => {
+            cfg.window = n;
+            true
+        }
+        _ => false,
+    });
+    take("DROPBEHIND_MIN_SIZE", &mut |v| match parse_size(v) {
+        Some(n) => {
+            cfg.min_size = n;
+            true
+        }
+        None => false,
+    });
+    take("DROPBEHIND_BACKEND", &mut |v| {
+        parse_backend(v).map(|b| cfg.backend = b).is_some()
+    });
+    take("DROPBEHIND_LOG", &mut |v| {
+        parse_log_level(v).map(|l| cfg.log_level = l).is_some()
+    });
+    take(
+        "DROPBEHIND_LOG_FD",
+        &mut |v| match v.trim().parse::<i32>() {
+            Ok(fd) if (0..=65535).contains(&fd) => {
+                cfg.log_fd = fd;
+                true
+            }
+            _ => false,
+        },
+    );
+    take("DROPBEHIND_STATS", &mut |v| {
+        parse_stats(v).map(|s| cfg.stats = s).is_some()
+    });
+    take("DROPBEHIND_EXCLUDE", &mut |v| {
+        parse_exclude(v).map(|e| cfg.exclude = e).is_some()
+    });
+    (cfg, bad)
+}
+
+/// Human form of a byte count: `8M`, `1.5G`, `4096`.
+pub fn format_size(n: u64) -> String {
+    for (unit, size) in [("G", GIB), ("M", MIB), ("K", KIB)] {
+        if n >= size {
+            return if n % size == 0 {
+                format!("{}{}", n / size, unit)
+            } else {
+                format!("{:.1}{}", n as f64 / size as f64, unit)
+            };
+        }
+    }
+    n.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(pairs: &[(&str, &str)]) -> (Config, Vec<BadValue>) {
+        let owned: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        from_lookup(|name| {
+            owned
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("8m"), Some(8 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("16MiB"), Some(16 << 20));
+        for bad in [
+            "",
+            "K",
+            "-1",
+            "1.5M",
+            "8X",
+            "99999999999999999999",
+            "18014398509481984K",
+        ] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_without_environment() {
+        let (c, bad) = cfg(&[]);
+        assert_eq!(c, Config::default());
+        assert!(bad.is_empty());
+    }
+
+    #[test]
+    fn good_values_are_taken() {
+        let (c, bad) = cfg(&[
+            ("DROPBEHIND_WINDOW", "16M"),
+            ("DROPBEHIND_BACKEND", "fadvise"),
+            ("DROPBEHIND_STATS", "/tmp/s.txt"),
+            ("DROPBEHIND_EXCLUDE", "/var/lib/mysql/*::*.db"),
+            ("DROPBEHIND_LOG", "debug"),
+        ]);
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(c.window, 16 << 20);
+        assert_eq!(c.backend, Backend::Fadvise);
+        assert_eq!(c.stats, StatsSink::File("/tmp/s.txt".into()));
+        assert_eq!(
+            c.exclude,
+            vec!["/var/lib/mysql/*".to_string(), "*.db".to_string()]
+        );
+        assert_eq!(c.log_level, LogLevel::Debug);
+    }
+
+    #[test]
+    fn bad_values_fall_back_and_are_named() {
+        let garbage = [
+            "",
+            "garbage",
+            "-5",
+            "1e9",
+            "99999999999999999999999",
+            "1K",
+            "1T",
+        ];
+        for g in garbage {
+            let (c, bad) = cfg(&[("DROPBEHIND_WINDOW", g)]);
+            assert_eq!(c.window, DEFAULT_WINDOW, "{g}");
+            assert_eq!(bad.len(), 1, "{g}");
+            assert!(bad[0].to_string().contains("DROPBEHIND_WINDOW"));
+            assert!(bad[0].to_string().contains("64K to 64M"));
+        }
+        let (c, bad) = cfg(&[
+            ("DROPBEHIND_BACKEND", "fast"),
+            ("DROPBEHIND_LOG_FD", "-1"),
+            ("DROPBEHIND_STATS", "relative/path"),
+            ("DROPBEHIND_EXCLUDE", "relative/*"),
+            ("DROPBEHIND_MIN_SIZE", "lots"),
+        ]);
+        assert_eq!(bad.len(), 5);
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn format_sizes() {
+        assert_eq!(format_size(8 << 20), "8M");
+        assert_eq!(format_size(1536 << 20), "1.5G");
+        assert_eq!(format_size(100), "100");
+    }
+}

@@ -1,0 +1,208 @@
+//! Effects: the one place that performs page-cache syscalls on the program's files.
+//!
+//! Raw syscalls throughout: libc's wrappers of functions the shim also exports would route
+//! back into the shim. Every function here leaves errno as it found it.
+
+use crate::policy::{PROOF_BLOCK, PROOF_CHUNK, Range};
+use crate::residency::{self, cachestat, errno, set_errno};
+use libc::{c_int, c_long};
+
+/// Saves errno on creation and puts it back when dropped.
+pub struct ErrnoGuard(i32);
+
+impl ErrnoGuard {
+    pub fn new() -> ErrnoGuard {
+        ErrnoGuard(errno())
+    }
+}
+
+impl Drop for ErrnoGuard {
+    fn drop(&mut self) {
+        set_errno(self.0)
+    }
+}
+
+fn syscall_ok(r: c_long) -> bool {
+    r >= 0
+}
+
+pub fn fadvise(fd: i32, r: Range, advice: c_int) -> bool {
+    let _e = ErrnoGuard::new();
+    if r.is_empty() {
+        return true;
+    }
+    // SAFETY: plain syscall on integers.
+    syscall_ok(unsafe {
+        libc::syscall(
+            libc::SYS_fadvise64,
+            fd,
+            r.start as i64,
+            r.len() as i64,
+            advice,
+        )
+    })
+}
+
+/// Drops the clean pages of `r`. Returns the pages it released, where cachestat can tell.
+pub fn drop_range(fd: i32, r: Range) -> u64 {
+    let before = cachestat(fd, r.start, r.len())
+        .map(|c| c.cache)
+        .unwrap_or(0);
+    fadvise(fd, r, libc::POSIX_FADV_DONTNEED);
+    let after = cachestat(fd, r.start, r.len())
+        .map(|c| c.cache)
+        .unwrap_or(before);
+    before.saturating_sub(after)
+}
+
+/// Snapshot of one proof block: bit i set when chunk i had no cached page. `None` when
+/// residency can't be known (no cachestat, or no write permission): then nothing is owned.
+pub fn uncached_chunks(fd: i32, block: u64) -> Option<u64> {
+    let _e = ErrnoGuard::new();
+    let off = block * PROOF_BLOCK;
+    let whole = cachestat(fd, off, PROOF_BLOCK).ok()?;
+    if whole.cache == 0 {
+        return Some(!0);
+    }
+    if whole.cache >= PROOF_BLOCK / 4096 {
+        return Some(0);
+    }
+    let mut bits = 0u64;
+    for c in 0..64 {
+        let cs = cachestat(fd, off + c * PROOF_CHUNK, PROOF_CHUNK).ok()?;
+        if cs.cache == 0 {
+            bits |= 1 << c;
+        }
+    }
+    Some(bits)
+}
+
+/// sync_file_range(WRITE): starts writeback without waiting and without touching the
+/// file's error state (only the WAIT flags consume writeback errors).
+pub fn start_writeback(fd: i32, r: Range) {
+    let _e = ErrnoGuard::new();
+    if r.is_empty() {
+        return;
+    }
+    // SAFETY: plain syscall on integers.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sync_file_range,
+            fd,
+            r.start as i64,
+            r.len() as i64,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+}
+
+/// Waits until `r` has no dirty or writeback pages, polling cachestat with a growing sleep,
+/// for at most `budget_ms`. Deliberately not sync_file_range(WAIT_*): that marks a writeback
+/// error as seen on the program's open file, and its own fsync would then miss it.
+pub fn wait_clean(fd: i32, r: Range, budget_ms: u64) -> bool {
+    let _e = ErrnoGuard::new();
+    let mut slept_us = 0u64;
+    let mut nap_us = 50u64;
+    loop {
+        match cachestat(fd, r.start, r.len()) {
+            Ok(cs) if cs.dirty == 0 && cs.writeback == 0 => return true,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+        if slept_us >= budget_ms * 1000 {
+            return false;
+        }
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: (nap_us * 1000) as i64,
+        };
+        // SAFETY: valid timespec; an interrupted sleep just polls again.
+        unsafe {
+            libc::syscall(
+                libc::SYS_nanosleep,
+                &ts as *const libc::timespec,
+                std::ptr::null_mut::<libc::timespec>(),
+            )
+        };
+        slept_us += nap_us;
+        nap_us = (nap_us * 2).min(2000);
+    }
+}
+
+/// The kernel file position of `fd`.
+pub fn position(fd: i32) -> Option<u64> {
+    let _e = ErrnoGuard::new();
+    // SAFETY: plain syscall on integers.
+    let r = unsafe { libc::syscall(libc::SYS_lseek, fd, 0i64, libc::SEEK_CUR) };
+    (r >= 0).then_some(r as u64)
+}
+
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub regular: bool,
+}
+
+pub fn identify(fd: i32) -> Option<FileId> {
+    let _e = ErrnoGuard::new();
+    // SAFETY: `st` is written by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) };
+    if r != 0 {
+        return None;
+    }
+    Some(FileId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+    })
+}
+
+pub fn status_flags(fd: i32) -> Option<c_int> {
+    let _e = ErrnoGuard::new();
+    // SAFETY: plain syscall on integers.
+    let r = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL) };
+    (r >= 0).then_some(r as c_int)
+}
+
+/// Whether the filesystem of `fd` takes RWF_DONTCACHE reads: a 1-byte uncached read at
+/// offset 0 (it drops only a page it brought in itself).
+pub fn probe_dontcache(fd: i32) -> bool {
+    let _e = ErrnoGuard::new();
+    let mut b = [0u8; 1];
+    let iov = libc::iovec {
+        iov_base: b.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: one valid iovec.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_preadv2,
+            fd,
+            &iov as *const libc::iovec,
+            1,
+            0i64,
+            0i64,
+            libc::RWF_DONTCACHE,
+        )
+    };
+    r >= 0
+}
+
+/// `read` as `preadv2(fd, iov, 1, -1, RWF_DONTCACHE)`: same bytes, same file position.
+/// Calls the real preadv2 so that thread cancellation behaves as for read.
+pub fn read_dontcache(
+    preadv2: unsafe extern "C" fn(c_int, *const libc::iovec, c_int, libc::off_t, c_int) -> isize,
+    fd: c_int,
+    iov: *const libc::iovec,
+    iovcnt: c_int,
+    off: libc::off_t,
+    flags: c_int,
+) -> isize {
+    // SAFETY: the caller's own buffers, passed through unchanged.
+    unsafe { preadv2(fd, iov, iovcnt, off, flags | libc::RWF_DONTCACHE) }
+}
+
+pub use residency::CacheStat;

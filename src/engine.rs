@@ -1,0 +1,726 @@
+//! The engine: takes events from the hooks, runs them through the policy for the fd's slot,
+//! and performs the resulting actions through `effects`.
+//!
+//! Every entry point is fail-open: before the constructor ran, inside the shim's own calls,
+//! for fds beyond the table, when a slot is busy, or if policy code panicked, it does nothing
+//! and the program's call proceeds untouched. The hooks call the real function themselves,
+//! outside anything here, exactly once.
+
+use crate::config::{Backend, Config};
+use crate::effects::{self, ErrnoGuard};
+use crate::fdtable::{self, Claimed, FileState, IGNORED, TRACKED, UNKNOWN};
+use crate::policy::{PROOF_BLOCK, Params, Pattern, Proof, Range};
+use crate::stats;
+use std::cell::Cell;
+use std::ffi::CString;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+
+pub struct Engine {
+    pub cfg: Config,
+    params: Params,
+    exclude: Vec<CString>,
+}
+
+static ENGINE: OnceLock<Engine> = OnceLock::new();
+
+/// Installs the configuration (constructor only). Returns false if already installed.
+pub fn install(cfg: Config) -> bool {
+    let exclude = cfg
+        .exclude
+        .iter()
+        .filter_map(|g| CString::new(g.as_str()).ok())
+        .collect();
+    let params = Params { window: cfg.window };
+    ENGINE
+        .set(Engine {
+            cfg,
+            params,
+            exclude,
+        })
+        .is_ok()
+}
+
+#[inline]
+fn engine() -> Option<&'static Engine> {
+    ENGINE.get().filter(|e| e.cfg.backend != Backend::Off)
+}
+
+pub fn config() -> Option<&'static Config> {
+    ENGINE.get().map(|e| &e.cfg)
+}
+
+thread_local! {
+    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as inside the shim: hooks reached from here pass straight through.
+pub struct ShimGuard(());
+
+impl ShimGuard {
+    pub fn enter() -> Option<ShimGuard> {
+        let was = IN_SHIM.try_with(|f| f.replace(true)).unwrap_or(true);
+        (!was).then_some(ShimGuard(()))
+    }
+}
+
+impl Drop for ShimGuard {
+    fn drop(&mut self) {
+        let _ = IN_SHIM.try_with(|f| f.set(false));
+    }
+}
+
+/// Runs `f` inside the shim with errno preserved and panics contained.
+fn contained<R: Default>(f: impl FnOnce(&'static Engine) -> R) -> R {
+    contained_or(R::default(), f)
+}
+
+/// As `contained`, answering `fallback` whenever the shim can't or mustn't act.
+fn contained_or<R>(fallback: R, f: impl FnOnce(&'static Engine) -> R) -> R {
+    let Some(eng) = engine() else { return fallback };
+    let Some(_g) = ShimGuard::enter() else {
+        return fallback;
+    };
+    let _e = ErrnoGuard::new();
+    catch_unwind(AssertUnwindSafe(|| f(eng))).unwrap_or(fallback)
+}
+
+/// The claimed, tracked slot of `fd`, adopting an fd never seen before (one fstat).
+fn claim_tracked(eng: &Engine, fd: i32) -> Option<Claimed> {
+    let slot = fdtable::slot(fd)?;
+    match slot.state() {
+        IGNORED => None,
+        TRACKED => slot.try_claim(),
+        _ => {
+            let mut c = slot.try_claim()?;
+            adopt(eng, fd, &mut c);
+            (slot.state() == TRACKED).then_some(c)
+        }
+    }
+}
+
+/// Decides once per fd whether it is a file the shim manages.
+fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
+    let ignore = |c: &mut Claimed| c.set_state(IGNORED);
+    let Some(id) = effects::identify(fd) else {
+        return ignore(c);
+    };
+    let Some(flags) = effects::status_flags(fd) else {
+        return ignore(c);
+    };
+    let acc = flags & libc::O_ACCMODE;
+    let writable = acc == libc::O_WRONLY || acc == libc::O_RDWR;
+    // Small files opened read-only never become streams; writable ones may grow into one.
+    let small = id.size < eng.cfg.min_size.max(1) && !writable;
+    if !id.regular || small || flags & (libc::O_DIRECT | libc::O_PATH) != 0 {
+        return ignore(c);
+    }
+    if excluded(eng, fd) {
+        stats::FILES_EXCLUDED.add(1);
+        return ignore(c);
+    }
+    *c.file() = FileState {
+        dev: id.dev,
+        ino: id.ino,
+        size_at_open: id.size,
+        readable: acc == libc::O_RDONLY || acc == libc::O_RDWR,
+        writable,
+        ..FileState::default()
+    };
+    c.set_state(TRACKED);
+    stats::FILES_TRACKED.add(1);
+    register_report();
+}
+
+/// The exit report is registered with atexit when the first file is tracked, not in the
+/// constructor: handlers run in reverse order, and programs like coreutils close stderr in
+/// an atexit handler registered at the start of main. Once per process.
+fn register_report() {
+    static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Some(cfg) = config() else { return };
+    if cfg.stats != crate::config::StatsSink::Off
+        && !REGISTERED.swap(true, std::sync::atomic::Ordering::AcqRel)
+    {
+        // SAFETY: registering a plain function.
+        unsafe { libc::atexit(report_at_exit) };
+    }
+}
+
+extern "C" fn report_at_exit() {
+    at_exit();
+}
+
+/// DROPBEHIND_EXCLUDE: globs matched against the fd's absolute path (fnmatch without
+/// FNM_PATHNAME, so `*` spans directories), or a directory prefix.
+fn excluded(eng: &Engine, fd: i32) -> bool {
+    if eng.exclude.is_empty() {
+        return false;
+    }
+    let mut link = [0u8; 64];
+    let mut path = [0u8; 4097];
+    let name = format_proc_fd(&mut link, fd);
+    // SAFETY: NUL-terminated link name; `path` has room for PATH_MAX plus NUL.
+    let n = unsafe { libc::syscall(libc::SYS_readlink, name.as_ptr(), path.as_mut_ptr(), 4096) };
+    if n <= 0 {
+        return false;
+    }
+    let n = n as usize;
+    path[n] = 0;
+    eng.exclude.iter().any(|g| {
+        let g_bytes = g.as_bytes();
+        // SAFETY: both strings are NUL-terminated.
+        let glob_hit = unsafe { libc::fnmatch(g.as_ptr(), path.as_ptr().cast(), 0) } == 0;
+        let prefix_hit = path[..n].starts_with(g_bytes) && path.get(g_bytes.len()) == Some(&b'/');
+        glob_hit || prefix_hit
+    })
+}
+
+fn format_proc_fd(buf: &mut [u8; 64], fd: i32) -> &[u8] {
+    use std::io::Write;
+    let mut cur = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(cur, "/proc/self/fd/{fd}\0");
+    let n = cur.position() as usize;
+    &buf[..n]
+}
+
+/// Takes the residency snapshot `r` into `proof`: one cachestat for the common all-cold
+/// case, per block otherwise.
+fn snapshot(fd: i32, proof: &mut Proof, r: Range) {
+    stats::SNAPSHOTS.add(1);
+    let cold = crate::residency::cachestat(fd, r.start, r.len()).map(|c| c.cache == 0);
+    for block in r.start / PROOF_BLOCK..r.end / PROOF_BLOCK {
+        let bits = match cold {
+            Ok(true) => !0,
+            Ok(false) => effects::uncached_chunks(fd, block).unwrap_or(0),
+            Err(_) => 0,
+        };
+        proof.record(block, bits);
+    }
+}
+
+/// Drops the proven chunks of `r`, after checking that the fd still is the file it was.
+fn drop_owned(fd: i32, f: &FileState, proof: &Proof, r: Range) {
+    if r.is_empty() || !same_file(fd, f) {
+        return;
+    }
+    for run in proof.owned_runs(r) {
+        stats::DROP_CALLS.add(1);
+        stats::PAGES_RELEASED.add(effects::drop_range(fd, run));
+    }
+}
+
+/// A close the shim missed (raw syscall, another library) can leave a stale slot: checked
+/// before any drop, so the worst a stale slot costs is a wasted hint.
+fn same_file(fd: i32, f: &FileState) -> bool {
+    effects::identify(fd).is_some_and(|id| id.dev == f.dev && id.ino == f.ino)
+}
+
+// ---------------------------------------------------------------------------------------
+// Open and close
+
+/// A new fd number appeared (open, dup, fcntl dup): whatever the slot held belonged to an
+/// earlier file. The new one is examined lazily, on its first read or write, so that opens
+/// cost nothing.
+pub fn forget(fd: i32) {
+    if let Some(slot) = fdtable::slot(fd) {
+        slot.state
+            .store(UNKNOWN, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Before `fd` is closed: drop what its streams consumed, settle what they wrote.
+pub fn closing(fd: i32) {
+    let Some(slot) = fdtable::slot(fd) else {
+        return;
+    };
+    if slot.state() == TRACKED {
+        contained(|eng| {
+            if let Some(mut c) = slot.try_claim() {
+                finish_streams(eng, fd, c.file());
+            }
+        });
+    }
+    slot.state
+        .store(UNKNOWN, std::sync::atomic::Ordering::Release);
+}
+
+/// Before fds `lo..=hi` are closed together.
+pub fn closing_range(lo: u32, hi: u32) {
+    let top = hi.min(fdtable::MAX_FDS as u32 - 1);
+    if lo > top {
+        return;
+    }
+    for fd in lo..=top {
+        closing(fd as i32);
+    }
+}
+
+fn finish_streams(eng: &Engine, fd: i32, f: &mut FileState) {
+    let proof = f.read.proof;
+    if let Some(r) = f.read.finish() {
+        drop_owned(fd, f, &proof, r);
+    }
+    finish_write(eng, fd, f);
+}
+
+fn finish_write(eng: &Engine, fd: i32, f: &mut FileState) {
+    let act = f.write.finish(eng.cfg.min_size);
+    perform_write_actions(fd, f, act);
+    f.write.reset();
+}
+
+// ---------------------------------------------------------------------------------------
+// Reads
+
+/// What `before_read` decided; carried by the hook across the real call (plain data).
+#[derive(Clone, Copy, Default)]
+pub struct ReadTicket {
+    pub tracked: bool,
+    pub dontcache: bool,
+    off: u64,
+}
+
+/// Before a read at `off` (`None`: at the file position).
+#[inline]
+pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() != IGNORED => {}
+        _ => return ReadTicket::default(),
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return ReadTicket::default();
+        };
+        let f = c.file();
+        if !f.readable || f.size_at_open < eng.cfg.min_size.max(1) {
+            return ReadTicket::default();
+        }
+        let off = match off {
+            Some(o) => o,
+            None if f.read.pattern == Pattern::Fresh => effects::position(fd).unwrap_or(0),
+            None => f.read.next,
+        };
+        let plan = f.read.plan(off);
+        if let Some(r) = plan.snapshot {
+            snapshot(fd, &mut f.read.proof, r);
+        }
+        let dontcache = plan.dontcache && dontcache_ok(eng, fd, f.dev);
+        ReadTicket {
+            tracked: true,
+            dontcache,
+            off,
+        }
+    })
+}
+
+fn dontcache_ok(eng: &Engine, fd: i32, dev: u64) -> bool {
+    if !matches!(eng.cfg.backend, Backend::Auto | Backend::DontCache) {
+        return false;
+    }
+    match fdtable::fs_dontcache(dev) {
+        fdtable::FS_YES => true,
+        fdtable::FS_NO => false,
+        _ => {
+            let yes = effects::probe_dontcache(fd);
+            fdtable::set_fs_dontcache(dev, if yes { fdtable::FS_YES } else { fdtable::FS_NO });
+            crate::debug!(
+                "fd {fd}: filesystem {dev:#x} RWF_DONTCACHE {}",
+                if yes { "yes" } else { "no" }
+            );
+            yes
+        }
+    }
+}
+
+/// A dontcache read failed with EOPNOTSUPP: remember that for the filesystem.
+pub fn dontcache_refused(fd: i32) {
+    contained(|_| {
+        if let Some(id) = effects::identify(fd) {
+            fdtable::set_fs_dontcache(id.dev, fdtable::FS_NO);
+        }
+    })
+}
+
+/// After the read described by `t` returned `ret` (bytes, or -1).
+#[inline]
+pub fn after_read(fd: i32, t: ReadTicket, asked: usize, ret: isize) {
+    if !t.tracked || ret < 0 {
+        return;
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        read_event(
+            eng,
+            fd,
+            c.file(),
+            t.off,
+            ret as u64,
+            asked as u64,
+            t.dontcache,
+        );
+    })
+}
+
+fn read_event(
+    eng: &Engine,
+    fd: i32,
+    f: &mut FileState,
+    off: u64,
+    got: u64,
+    asked: u64,
+    dontcache: bool,
+) {
+    let was_seq = f.read.pattern == Pattern::Sequential;
+    let act = f.read.consumed(off, got, asked, &eng.params);
+    if f.read.pattern == Pattern::Sequential {
+        if !was_seq && !f.counted_stream {
+            f.counted_stream = true;
+            stats::READ_STREAMS.add(1);
+        }
+        if dontcache {
+            stats::READ_DONTCACHE.add(got);
+        } else {
+            stats::READ_FADVISE.add(got);
+        }
+    }
+    if let Some(r) = act.drop {
+        if eng.cfg.backend != Backend::DontCache {
+            drop_owned(fd, f, &f.read.proof, r);
+        }
+        f.read.dropped(r);
+    }
+    if let Some(r) = act.snapshot {
+        snapshot(fd, &mut f.read.proof, r);
+    }
+}
+
+/// After a seek on `fd` left the position at `pos`.
+pub fn seeked(fd: i32, pos: u64) {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() == TRACKED => {}
+        _ => return,
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        let f = c.file();
+        if let Some(r) = f.read.seeked(pos) {
+            drop_owned(fd, f, &f.read.proof, r);
+            f.read.dropped(r);
+        }
+        if f.write.started && pos != f.write.next {
+            finish_write(eng, fd, f);
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Writes
+
+#[derive(Clone, Copy, Default)]
+pub struct WriteTicket {
+    pub tracked: bool,
+    off: u64,
+}
+
+/// Before a write at `off` (`None`: at the file position, or the end with O_APPEND).
+#[inline]
+pub fn before_write(fd: i32, off: Option<u64>) -> WriteTicket {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() != IGNORED => {}
+        _ => return WriteTicket::default(),
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return WriteTicket::default();
+        };
+        let f = c.file();
+        if !f.writable {
+            return WriteTicket::default();
+        }
+        let off = match off {
+            Some(o) => o,
+            None if f.write.started => f.write.next,
+            None => write_position(fd),
+        };
+        if f.write.started && !f.write.continues(off) {
+            finish_write(eng, fd, f);
+        }
+        if let Some(r) = f.write.plan(off) {
+            snapshot(fd, &mut f.write.proof, r);
+        }
+        WriteTicket { tracked: true, off }
+    })
+}
+
+/// Where a write at the file position lands: the end of the file under O_APPEND.
+fn write_position(fd: i32) -> u64 {
+    let append = effects::status_flags(fd).is_some_and(|fl| fl & libc::O_APPEND != 0);
+    if append {
+        effects::identify(fd).map_or(0, |id| id.size)
+    } else {
+        effects::position(fd).unwrap_or(0)
+    }
+}
+
+#[inline]
+pub fn after_write(fd: i32, t: WriteTicket, ret: isize) {
+    if !t.tracked || ret <= 0 {
+        return;
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        write_event(eng, fd, c.file(), t.off, ret as u64);
+    })
+}
+
+fn write_event(eng: &Engine, fd: i32, f: &mut FileState, off: u64, n: u64) {
+    let act = f.write.wrote(off, n, &eng.params, eng.cfg.min_size);
+    if f.write.next - off >= n && f.write.written_back_to > 0 && !f.counted_stream {
+        f.counted_stream = true;
+        stats::WRITE_STREAMS.add(1);
+    }
+    if f.counted_stream {
+        stats::WRITTEN_MANAGED.add(n);
+    }
+    if let Some(r) = act.snapshot {
+        snapshot(fd, &mut f.write.proof, r);
+    }
+    perform_write_actions(
+        fd,
+        f,
+        crate::policy::WriteActions {
+            snapshot: None,
+            ..act
+        },
+    );
+}
+
+/// How long one settle may wait for writeback before giving up on that window's drop.
+const SETTLE_BUDGET_MS: u64 = 30_000;
+
+fn perform_write_actions(fd: i32, f: &mut FileState, act: crate::policy::WriteActions) {
+    if let Some(r) = act.start_writeback {
+        stats::WRITEBACK_WINDOWS.add(1);
+        effects::start_writeback(fd, r);
+    }
+    if let Some(r) = act.settle {
+        if effects::wait_clean(fd, r, SETTLE_BUDGET_MS) {
+            drop_owned(fd, f, &f.write.proof, r);
+        } else {
+            stats::SETTLE_TIMEOUTS.add(1);
+            drop_owned(fd, f, &f.write.proof, r); // drops what is clean, skips the rest
+        }
+        f.write.settled();
+    }
+}
+
+/// ftruncate: the stream ends here.
+pub fn truncating(fd: i32) {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() == TRACKED => {}
+        _ => return,
+    }
+    contained(|eng| {
+        if let Some(mut c) = claim_tracked(eng, fd) {
+            let f = c.file();
+            finish_write(eng, fd, f);
+            f.read.finish();
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// In-kernel copies: copy_file_range, sendfile, splice
+
+/// The length to ask the kernel for: one window when either end is a managed file (a short
+/// count is legal and every caller loops), else the program's own.
+pub fn copy_len(fd_in: i32, fd_out: i32, len: usize) -> usize {
+    let managed = |fd| fdtable::slot(fd).is_some_and(|s| s.state() != IGNORED);
+    if !managed(fd_in) && !managed(fd_out) {
+        return len;
+    }
+    contained_or(len, |eng| {
+        let window = eng.cfg.window as usize;
+        if len <= window {
+            return len;
+        }
+        let min = eng.cfg.min_size;
+        let reads_big = claim_tracked(eng, fd_in)
+            .is_some_and(|mut c| c.file().readable && c.file().size_at_open >= min);
+        let writes = claim_tracked(eng, fd_out).is_some_and(|mut c| c.file().writable);
+        if reads_big || writes {
+            stats::COPY_CLAMPS.add(1);
+            window
+        } else {
+            len
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// stdio: glibc reads and writes through hidden symbols, so the shim samples the kernel
+// file position every STDIO_SAMPLE bytes the program moves, and at EOF and fclose.
+
+const STDIO_SAMPLE: u64 = 256 * 1024;
+
+/// Before a stdio read: a new stream takes its snapshot here, before glibc's first refill.
+pub fn stdio_before_read(fd: i32) {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() != IGNORED => {}
+        _ => return,
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        let f = c.file();
+        if !f.readable
+            || f.size_at_open < eng.cfg.min_size.max(1)
+            || f.read.pattern != Pattern::Fresh
+        {
+            return;
+        }
+        let off = effects::position(fd).unwrap_or(0);
+        if let Some(r) = f.read.plan(off).snapshot {
+            snapshot(fd, &mut f.read.proof, r);
+        }
+        // The stream starts here; samples of the position then extend it.
+        f.read.consumed(off, 0, 0, &eng.params);
+    })
+}
+
+/// After a stdio read call handed `n` bytes to the program (`eof`: it hit end of file).
+pub fn stdio_after_read(fd: i32, n: u64, eof: bool) {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() == TRACKED => {}
+        _ => return,
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        let f = c.file();
+        if !f.readable || f.size_at_open < eng.cfg.min_size.max(1) {
+            return;
+        }
+        f.stdio_pending += n;
+        if f.stdio_pending < STDIO_SAMPLE && !eof {
+            return;
+        }
+        f.stdio_pending = 0;
+        stdio_sample_read(eng, fd, f, eof);
+    })
+}
+
+fn stdio_sample_read(eng: &Engine, fd: i32, f: &mut FileState, eof: bool) {
+    let Some(pos) = effects::position(fd) else {
+        return;
+    };
+    let next = f.read.next;
+    if pos < next {
+        if let Some(r) = f.read.seeked(pos) {
+            drop_owned(fd, f, &f.read.proof, r);
+            f.read.dropped(r);
+        }
+        return;
+    }
+    read_event(eng, fd, f, next, pos - next, pos - next, false);
+    if eof {
+        read_event(eng, fd, f, pos, 0, 1, false);
+    }
+}
+
+pub fn stdio_before_write(fd: i32) {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() != IGNORED => {}
+        _ => return,
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        let f = c.file();
+        if f.writable && !f.write.started {
+            let off = write_position(fd);
+            if let Some(r) = f.write.plan(off) {
+                snapshot(fd, &mut f.write.proof, r);
+            }
+        }
+    })
+}
+
+pub fn stdio_after_write(fd: i32, n: u64) {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() == TRACKED => {}
+        _ => return,
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        let f = c.file();
+        if !f.write.started {
+            return;
+        }
+        f.stdio_pending += n;
+        if f.stdio_pending < STDIO_SAMPLE {
+            return;
+        }
+        f.stdio_pending = 0;
+        stdio_sample_write(eng, fd, f);
+    })
+}
+
+fn stdio_sample_write(eng: &Engine, fd: i32, f: &mut FileState) {
+    let Some(pos) = effects::position(fd) else {
+        return;
+    };
+    let next = f.write.next;
+    if pos > next {
+        write_event(eng, fd, f, next, pos - next);
+    }
+}
+
+/// Before fclose: account for what stdio moved since the last sample, then close as usual.
+pub fn stdio_closing(fd: i32) {
+    match fdtable::slot(fd) {
+        Some(slot) if slot.state() == TRACKED => {}
+        _ => return closing(fd),
+    }
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        let f = c.file();
+        if f.write.started {
+            stdio_sample_write(eng, fd, f);
+        } else if f.readable && f.read.pattern != Pattern::Fresh {
+            stdio_sample_read(eng, fd, f, false);
+        }
+    });
+    closing(fd);
+}
+
+// ---------------------------------------------------------------------------------------
+// Process lifecycle
+
+/// In the child after fork: no other thread survived, so no claim is really held.
+pub fn after_fork_child() {
+    fdtable::release_all_claims();
+    // The child inherits the parent's atexit registration along with its counters.
+    stats::reset_all();
+}
+
+/// At exit: the report, if asked for.
+pub fn at_exit() {
+    let Some(cfg) = config() else { return };
+    let Some(_g) = ShimGuard::enter() else { return };
+    let _e = ErrnoGuard::new();
+    let _ = catch_unwind(AssertUnwindSafe(|| stats::emit(&cfg.stats)));
+}

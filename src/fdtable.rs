@@ -1,0 +1,155 @@
+//! Per-fd state: a fixed table indexed by fd number, lock-free.
+//!
+//! Each slot has a `state` atomic read on every hook (one load for the common "not ours"
+//! answer) and a `claim` flag that a hook takes with one compare-exchange before touching the
+//! slot's streams. A hook that finds the slot claimed (another thread, or a signal handler
+//! interrupting this one) skips its hint: nobody ever waits, so the table cannot deadlock,
+//! and the worst a lost race costs is one hint. The table is zero-initialised (it lives in
+//! .bss: untouched slots cost no memory).
+
+use crate::policy::{ReadStream, WriteStream};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+/// fds at or above this pass straight through.
+pub const MAX_FDS: usize = 4096;
+
+pub const UNKNOWN: u8 = 0;
+pub const IGNORED: u8 = 1;
+pub const TRACKED: u8 = 2;
+
+#[derive(Default)]
+pub struct FileState {
+    pub dev: u64,
+    pub ino: u64,
+    pub size_at_open: u64,
+    pub readable: bool,
+    pub writable: bool,
+    pub read: ReadStream,
+    pub write: WriteStream,
+    /// Bytes passed through stdio since the kernel position was last sampled.
+    pub stdio_pending: u64,
+    /// Bytes this fd read or wrote, and whether it was reported as a stream.
+    pub bytes: u64,
+    pub counted_stream: bool,
+}
+
+pub struct Slot {
+    pub state: AtomicU8,
+    claim: AtomicBool,
+    file: UnsafeCell<FileState>,
+}
+
+// SAFETY: `file` is only touched by the holder of `claim`.
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            state: AtomicU8::new(UNKNOWN),
+            claim: AtomicBool::new(false),
+            file: UnsafeCell::new(FileState {
+                dev: 0,
+                ino: 0,
+                size_at_open: 0,
+                readable: false,
+                writable: false,
+                read: ReadStream::new(),
+                write: WriteStream::new(),
+                stdio_pending: 0,
+                bytes: 0,
+                counted_stream: false,
+            }),
+        }
+    }
+}
+
+static SLOTS: [Slot; MAX_FDS] = [const { Slot::new() }; MAX_FDS];
+
+pub fn slot(fd: i32) -> Option<&'static Slot> {
+    SLOTS.get(usize::try_from(fd).ok()?)
+}
+
+/// Exclusive access to one slot's file state for the life of the guard.
+pub struct Claimed {
+    slot: &'static Slot,
+}
+
+impl Claimed {
+    pub fn file(&mut self) -> &mut FileState {
+        // SAFETY: we hold the claim.
+        unsafe { &mut *self.slot.file.get() }
+    }
+    pub fn set_state(&self, s: u8) {
+        self.slot.state.store(s, Ordering::Release);
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        self.slot.claim.store(false, Ordering::Release);
+    }
+}
+
+impl Slot {
+    #[inline]
+    pub fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    pub fn try_claim(&'static self) -> Option<Claimed> {
+        self.claim
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Claimed { slot: self })
+    }
+}
+
+/// Every slot, for close_range and fork.
+pub fn all() -> &'static [Slot] {
+    &SLOTS
+}
+
+/// In a child after fork, only the forking thread exists: claims held by others are void.
+pub fn release_all_claims() {
+    for s in SLOTS.iter() {
+        s.claim.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Per-filesystem answer to "does it take RWF_DONTCACHE?", probed once per st_dev.
+const FS_SLOTS: usize = 32;
+static FS_DEV: [AtomicU64; FS_SLOTS] = [const { AtomicU64::new(0) }; FS_SLOTS];
+static FS_DONTCACHE: [AtomicU8; FS_SLOTS] = [const { AtomicU8::new(0) }; FS_SLOTS];
+
+pub const FS_UNKNOWN: u8 = 0;
+pub const FS_YES: u8 = 1;
+pub const FS_NO: u8 = 2;
+
+/// Device numbers are stored plus one so that 0 means "free slot".
+pub fn fs_dontcache(dev: u64) -> u8 {
+    let key = dev.wrapping_add(1);
+    for i in 0..FS_SLOTS {
+        if FS_DEV[i].load(Ordering::Acquire) == key {
+            return FS_DONTCACHE[i].load(Ordering::Acquire);
+        }
+    }
+    FS_UNKNOWN
+}
+
+pub fn set_fs_dontcache(dev: u64, answer: u8) {
+    let key = dev.wrapping_add(1);
+    for i in 0..FS_SLOTS {
+        let cur = FS_DEV[i].load(Ordering::Acquire);
+        if cur == key
+            || (cur == 0
+                && FS_DEV[i]
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                    .map_or_else(|v| v == key, |_| true))
+        {
+            FS_DONTCACHE[i].store(answer, Ordering::Release);
+            return;
+        }
+    }
+    // Table full: the filesystem is simply probed again next time.
+}

@@ -1,0 +1,24 @@
+//! dropbehind: an LD_PRELOAD library that keeps streaming programs from flooding the page
+//! cache.
+//!
+//! Three layers, each in its own place:
+//! - `hooks`: the exported symbols, thin (the only `#[no_mangle]` functions);
+//! - `policy`: pure code from I/O events to actions, unit-tested with synthetic traces;
+//! - `effects`: the page-cache syscalls (fadvise, preadv2, sync_file_range, cachestat).
+//!
+//! `engine` joins them; `fdtable` holds per-fd state; `config`, `stats` and `log` are what
+//! their names say.
+
+pub mod config;
+pub mod effects;
+pub mod engine;
+pub mod fdtable;
+pub mod log;
+pub mod policy;
+pub mod real;
+pub mod residency;
+pub mod stats;
+
+// Not in the unit-test binary: its exported read/write would replace the test harness's own.
+#[cfg(not(test))]
+mod hooks;

@@ -1,0 +1,762 @@
+//! Policy: pure code that turns a stream of I/O events on one file descriptor into actions.
+//!
+//! No syscalls here. The engine feeds events (offset, length, result) and performs what comes
+//! back: take a residency snapshot, drop a range, start writeback. Everything is unit-tested
+//! with synthetic traces below, including the seed workloads.
+//!
+//! The central rule is that a page is dropped only if a residency snapshot, taken *before*
+//! the stream or its readahead could have touched it, showed it uncached: such a page was
+//! brought in by this stream. Pages cached before belong to someone's working set and stay.
+
+use crate::config::MIB;
+
+pub const PAGE: u64 = 4096;
+
+/// Residency is proven per block of `PROOF_BLOCK` bytes, at a resolution of 64 chunks.
+pub const PROOF_BLOCK: u64 = 4 * MIB;
+pub const PROOF_CHUNK: u64 = PROOF_BLOCK / 64;
+/// Blocks held at once: covers the largest window plus lag plus look-ahead.
+pub const PROOF_RING: u64 = 32;
+/// How far ahead of a stream its snapshot reaches. It must exceed what kernel readahead can
+/// have fetched ahead of the stream (8 MiB read_ahead_kb, doubled by FADV_SEQUENTIAL), or the
+/// stream's own readahead would look like someone else's cached pages (then they are kept:
+/// safe, but not dropped).
+pub const LOOKAHEAD: u64 = 32 * MIB;
+/// Consumed pages stay this long behind a reader, for small backward re-reads.
+pub const LAG: u64 = 256 * 1024;
+/// A read this far past (or before) the expected offset still continues the stream.
+pub const GAP_FORWARD: u64 = 128 * 1024;
+pub const GAP_BACKWARD: u64 = 64 * 1024;
+/// Reads in a row before a run counts as sequential; more after random access, so that
+/// random reads landing next to each other by chance don't start a stream.
+pub const SEQ_READS: u32 = 2;
+pub const SEQ_READS_AFTER_RANDOM: u32 = 4;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Range {
+    pub fn new(start: u64, end: u64) -> Range {
+        Range {
+            start,
+            end: end.max(start),
+        }
+    }
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+}
+
+fn align_down(x: u64, a: u64) -> u64 {
+    x - x % a
+}
+
+/// Which chunks near a stream were uncached before the stream came near them.
+#[derive(Clone, Copy, Debug)]
+pub struct Proof {
+    /// Bit i of `ring[b % RING]` set: chunk i of block b was entirely uncached.
+    ring: [u64; PROOF_RING as usize],
+    /// Blocks `lo..hi` are proven.
+    lo: u64,
+    hi: u64,
+}
+
+impl Proof {
+    pub const fn new() -> Proof {
+        Proof {
+            ring: [0; PROOF_RING as usize],
+            lo: 0,
+            hi: 0,
+        }
+    }
+
+    /// Nothing is proven any more.
+    pub fn clear(&mut self) {
+        self.lo = 0;
+        self.hi = 0;
+    }
+
+    /// Forget everything; the next proven block will be the one holding `off`.
+    pub fn restart_at(&mut self, off: u64) {
+        self.lo = off / PROOF_BLOCK;
+        self.hi = self.lo;
+    }
+
+    /// The range that must be snapshotted now so that everything up to `pos + LOOKAHEAD`
+    /// is proven, limited by the ring's capacity. Results go to `record` block by block.
+    pub fn wanted(&self, pos: u64) -> Option<Range> {
+        let want_hi = (pos.saturating_add(LOOKAHEAD)).div_ceil(PROOF_BLOCK);
+        let cap_hi = self.lo + PROOF_RING;
+        let hi = want_hi.min(cap_hi);
+        (hi > self.hi).then(|| Range::new(self.hi * PROOF_BLOCK, hi * PROOF_BLOCK))
+    }
+
+    /// Records the snapshot of block `block`: must be the next one expected.
+    pub fn record(&mut self, block: u64, uncached_chunks: u64) {
+        if block != self.hi || self.hi - self.lo >= PROOF_RING {
+            return;
+        }
+        self.ring[(block % PROOF_RING) as usize] = uncached_chunks;
+        self.hi += 1;
+    }
+
+    /// Releases blocks wholly below `off` (they have been dropped or passed by).
+    pub fn forget_below(&mut self, off: u64) {
+        self.lo = (off / PROOF_BLOCK).clamp(self.lo, self.hi);
+    }
+
+    /// Byte ranges inside `r` made of chunks proven uncached, merged into maximal runs.
+    pub fn owned_runs(&self, r: Range) -> impl Iterator<Item = Range> + '_ {
+        let first = r.start / PROOF_CHUNK;
+        let last = r.end.div_ceil(PROOF_CHUNK);
+        let mut c = first;
+        std::iter::from_fn(move || {
+            while c < last && !self.chunk_owned(c) {
+                c += 1;
+            }
+            if c >= last {
+                return None;
+            }
+            let s = c;
+            while c < last && self.chunk_owned(c) {
+                c += 1;
+            }
+            let run = Range::new((s * PROOF_CHUNK).max(r.start), (c * PROOF_CHUNK).min(r.end));
+            Some(run)
+        })
+    }
+
+    fn chunk_owned(&self, chunk: u64) -> bool {
+        let block = chunk / 64;
+        block >= self.lo
+            && block < self.hi
+            && self.ring[(block % PROOF_RING) as usize] & (1 << (chunk % 64)) != 0
+    }
+}
+
+impl Default for Proof {
+    fn default() -> Self {
+        Proof::new()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Pattern {
+    /// Nothing seen yet (or since a reset).
+    #[default]
+    Fresh,
+    /// One read seen, or a run that has not proven itself.
+    Candidate,
+    Sequential,
+    Random,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    pub window: u64,
+}
+
+/// What to do before the program's read is performed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// Take a residency snapshot of this range first.
+    pub snapshot: Option<Range>,
+    /// Read it uncached (RWF_DONTCACHE), if the filesystem can.
+    pub dontcache: bool,
+}
+
+/// A read stream on one fd.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadStream {
+    pub pattern: Pattern,
+    /// Offset just after the last read.
+    pub next: u64,
+    run_reads: u32,
+    misses: u32,
+    /// Consumed pages below this have been dropped (or were never ours).
+    pub dropped_to: u64,
+    /// The current run began without a snapshot ahead of it (after a jump or seek).
+    unproven: bool,
+    /// After a jump: the old run's range is handed out for dropping with the old proof;
+    /// the new run starts from this frontier once that is done (see `settle`).
+    restart_at: Option<u64>,
+    pub proof: Proof,
+}
+
+/// Drop `range` (restricted to proven chunks) and `snapshot` ahead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadActions {
+    pub drop: Option<Range>,
+    pub snapshot: Option<Range>,
+}
+
+impl ReadStream {
+    pub const fn new() -> ReadStream {
+        ReadStream {
+            pattern: Pattern::Fresh,
+            next: 0,
+            run_reads: 0,
+            misses: 0,
+            dropped_to: 0,
+            unproven: false,
+            restart_at: None,
+            proof: Proof::new(),
+        }
+    }
+
+    fn continues(&self, off: u64) -> bool {
+        off <= self.next.saturating_add(GAP_FORWARD)
+            && off.saturating_add(GAP_BACKWARD) >= self.next
+    }
+
+    /// Completes a pending restart: the old run's proof is released.
+    fn settle(&mut self) {
+        if let Some(frontier) = self.restart_at.take() {
+            self.proof.clear();
+            self.dropped_to = frontier;
+            self.unproven = true;
+        }
+    }
+
+    /// Ends the current run at a jump to `pos`: returns what it consumed and not dropped.
+    fn jump(&mut self, pos: u64) -> Option<Range> {
+        self.settle();
+        let pending = (self.pattern == Pattern::Sequential && self.next > self.dropped_to)
+            .then(|| Range::new(self.dropped_to, self.next));
+        self.restart_at = Some(align_down(pos, PAGE));
+        if pending.is_none() {
+            self.settle();
+        }
+        pending
+    }
+
+    /// Called before a read at `off`.
+    pub fn plan(&mut self, off: u64) -> ReadPlan {
+        self.settle();
+        match self.pattern {
+            Pattern::Fresh => {
+                // The only snapshot taken before a read: the first read of a stream must not
+                // be able to bring in pages before they are known to be uncached.
+                self.proof.restart_at(off);
+                self.dropped_to = align_down(off, PAGE);
+                ReadPlan {
+                    snapshot: self.proof.wanted(off),
+                    dontcache: false,
+                }
+            }
+            Pattern::Sequential => ReadPlan {
+                snapshot: None,
+                dontcache: self.continues(off),
+            },
+            _ => ReadPlan::default(),
+        }
+    }
+
+    /// Called after a read at `off` that returned `got` of `asked` bytes (0 = end of file).
+    pub fn consumed(&mut self, off: u64, got: u64, asked: u64, p: &Params) -> ReadActions {
+        self.settle();
+        let mut act = ReadActions::default();
+        let end = off.saturating_add(got);
+        if self.pattern == Pattern::Fresh {
+            self.pattern = Pattern::Candidate;
+            self.run_reads = 1;
+        } else if self.continues(off) {
+            self.run_reads = self.run_reads.saturating_add(1);
+            self.misses = 0;
+            let needed = if self.pattern == Pattern::Random {
+                SEQ_READS_AFTER_RANDOM
+            } else {
+                SEQ_READS
+            };
+            if self.run_reads >= needed && self.pattern != Pattern::Sequential {
+                self.pattern = Pattern::Sequential;
+                if self.unproven {
+                    // Prove from here on; what the run already touched shows as cached and
+                    // is kept.
+                    self.unproven = false;
+                    self.proof.restart_at(end);
+                    self.dropped_to = align_down(end, PAGE);
+                }
+            }
+        } else {
+            // A jump: the run so far is done with; a new one may start here.
+            act.drop = self.jump(off);
+            self.misses = self.misses.saturating_add(1);
+            self.run_reads = 1;
+            if self.misses >= 2 {
+                self.pattern = Pattern::Random;
+            } else if self.pattern != Pattern::Random {
+                self.pattern = Pattern::Candidate;
+            }
+            self.next = end;
+            return act;
+        }
+        self.next = end;
+        if self.pattern != Pattern::Sequential {
+            return act;
+        }
+        let at_eof = got == 0 && asked > 0;
+        let behind = if at_eof {
+            self.next
+        } else {
+            align_down(self.next.saturating_sub(LAG), PAGE)
+        };
+        if behind > self.dropped_to && (at_eof || behind - self.dropped_to >= p.window) {
+            act.drop = Some(Range::new(self.dropped_to, behind));
+        }
+        act.snapshot = self.proof.wanted(self.next);
+        act
+    }
+
+    /// The engine has dropped (or chosen not to drop) `r`, as handed out.
+    pub fn dropped(&mut self, r: Range) {
+        if self.restart_at.is_some() {
+            return self.settle();
+        }
+        if r.end > self.dropped_to {
+            self.dropped_to = r.end;
+        }
+        self.proof.forget_below(self.dropped_to);
+    }
+
+    /// The file position moved to `pos` by a seek: the next read decides whether a new run
+    /// starts. Returns what the old run consumed and did not drop.
+    pub fn seeked(&mut self, pos: u64) -> Option<Range> {
+        if pos == self.next || self.pattern == Pattern::Fresh {
+            return None;
+        }
+        let pending = self.jump(pos);
+        self.pattern = Pattern::Candidate;
+        self.run_reads = 0;
+        self.next = pos;
+        pending
+    }
+
+    /// At close: what the stream consumed and has not dropped yet; the stream is reset.
+    pub fn finish(&mut self) -> Option<Range> {
+        self.settle();
+        let r = (self.pattern == Pattern::Sequential && self.next > self.dropped_to)
+            .then(|| Range::new(self.dropped_to, self.next));
+        *self = ReadStream::new();
+        r
+    }
+}
+
+/// What to do after a write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteActions {
+    /// Start writeback of this range (sync_file_range WRITE).
+    pub start_writeback: Option<Range>,
+    /// Wait until this range is clean, then drop its proven chunks.
+    pub settle: Option<Range>,
+    pub snapshot: Option<Range>,
+}
+
+/// A write stream on one fd: bounded by windowed writeback (start window i, settle i-1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteStream {
+    pub started: bool,
+    pub next: u64,
+    run_start: u64,
+    /// Writeback has been started below this offset.
+    pub written_back_to: u64,
+    /// Settled and dropped below this offset.
+    pub dropped_to: u64,
+    pub proof: Proof,
+}
+
+impl WriteStream {
+    pub const fn new() -> WriteStream {
+        WriteStream {
+            started: false,
+            next: 0,
+            run_start: 0,
+            written_back_to: 0,
+            dropped_to: 0,
+            proof: Proof::new(),
+        }
+    }
+
+    /// Before a write at `off`: a snapshot is needed for a new stream.
+    pub fn plan(&mut self, off: u64) -> Option<Range> {
+        if self.started && self.continues(off) {
+            return None;
+        }
+        // A new stream (or a jump, after `finish` handled the old one).
+        *self = WriteStream::default();
+        self.started = true;
+        self.next = off;
+        self.run_start = off;
+        self.written_back_to = align_down(off, PAGE);
+        self.dropped_to = self.written_back_to;
+        self.proof.restart_at(off);
+        self.proof.wanted(off)
+    }
+
+    /// Writes may skip holes (sparse copies seek over zeros) but not go backwards.
+    pub fn continues(&self, off: u64) -> bool {
+        off >= self.next && off - self.next <= 4 * MIB
+    }
+
+    /// After `n` bytes were written at `off`.
+    pub fn wrote(&mut self, off: u64, n: u64, p: &Params, min_size: u64) -> WriteActions {
+        let mut act = WriteActions::default();
+        self.next = off.saturating_add(n).max(self.next);
+        act.snapshot = self.proof.wanted(self.next);
+        if self.next - self.run_start < min_size.max(1) {
+            return act;
+        }
+        let boundary = align_down(self.next, p.window);
+        if boundary >= self.written_back_to.saturating_add(p.window) {
+            act.start_writeback = Some(Range::new(self.written_back_to, boundary));
+            if self.written_back_to > self.dropped_to {
+                act.settle = Some(Range::new(self.dropped_to, self.written_back_to));
+                self.dropped_to = self.written_back_to;
+            }
+            self.written_back_to = boundary;
+        }
+        act
+    }
+
+    pub fn settled(&mut self) {
+        self.proof.forget_below(self.dropped_to);
+    }
+
+    /// At close, truncate or a jump: write back and settle the rest, if the stream was big
+    /// enough to be managed at all.
+    pub fn finish(&mut self, min_size: u64) -> WriteActions {
+        let mut act = WriteActions::default();
+        if self.started
+            && self.next - self.run_start >= min_size.max(1)
+            && self.next > self.dropped_to
+        {
+            if self.next > self.written_back_to {
+                act.start_writeback = Some(Range::new(self.written_back_to, self.next));
+            }
+            act.settle = Some(Range::new(self.dropped_to, self.next));
+        }
+        act
+    }
+
+    pub fn reset(&mut self) {
+        *self = WriteStream::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Params = Params { window: 8 * MIB };
+
+    /// A model of the page cache for traces: which 4 KiB pages are resident.
+    struct Cache {
+        resident: Vec<bool>,
+    }
+
+    impl Cache {
+        fn new(size: u64) -> Cache {
+            Cache {
+                resident: vec![false; (size / PAGE) as usize],
+            }
+        }
+        fn bits(&self, block: u64) -> u64 {
+            let mut bits = 0u64;
+            for c in 0..64 {
+                let start = block * PROOF_BLOCK + c * PROOF_CHUNK;
+                let pages = (start / PAGE)..((start + PROOF_CHUNK) / PAGE);
+                if pages
+                    .clone()
+                    .all(|p| !self.resident.get(p as usize).copied().unwrap_or(false))
+                {
+                    bits |= 1 << c;
+                }
+            }
+            bits
+        }
+        fn touch(&mut self, r: Range) {
+            for p in r.start / PAGE..r.end.div_ceil(PAGE) {
+                if let Some(x) = self.resident.get_mut(p as usize) {
+                    *x = true;
+                }
+            }
+        }
+        fn drop(&mut self, r: Range) {
+            for p in r.start.div_ceil(PAGE)..r.end / PAGE {
+                if let Some(x) = self.resident.get_mut(p as usize) {
+                    *x = false;
+                }
+            }
+        }
+        fn count(&self, r: Range) -> usize {
+            (r.start / PAGE..r.end / PAGE)
+                .filter(|&p| self.resident[p as usize])
+                .count()
+        }
+    }
+
+    /// Runs a read trace against the model, with kernel readahead of `ra` bytes ahead of each
+    /// read. Returns (peak resident pages, drops issued).
+    fn run_reads(cache: &mut Cache, size: u64, reads: &[(u64, u64)], ra: u64) -> (usize, usize) {
+        let mut s = ReadStream::default();
+        let mut peak = 0;
+        let mut drops = 0;
+        let snap = |s: &mut ReadStream, cache: &Cache, r: Option<Range>| {
+            if let Some(r) = r {
+                for b in r.start / PROOF_BLOCK..r.end / PROOF_BLOCK {
+                    s.proof.record(b, cache.bits(b));
+                }
+            }
+        };
+        let eof = (size, 4096);
+        for &(off, len) in reads.iter().chain(std::iter::once(&eof)) {
+            let plan = s.plan(off);
+            snap(&mut s, cache, plan.snapshot);
+            let got = len.min(size.saturating_sub(off));
+            cache.touch(Range::new(off, (off + got + ra).min(size)));
+            let act = s.consumed(off, got, len, &P);
+            if let Some(d) = act.drop {
+                for run in s.proof.owned_runs(d).collect::<Vec<_>>() {
+                    cache.drop(run);
+                }
+                s.dropped(d);
+                drops += 1;
+            }
+            snap(&mut s, cache, act.snapshot);
+            peak = peak.max(cache.count(Range::new(0, size)));
+        }
+        (peak, drops)
+    }
+
+    fn sequential(size: u64, chunk: u64) -> Vec<(u64, u64)> {
+        (0..size.div_ceil(chunk))
+            .map(|i| (i * chunk, chunk))
+            .collect()
+    }
+
+    #[test]
+    fn cat_cold_file_is_dropped_behind_with_bounded_footprint() {
+        let size = 256 * MIB;
+        let mut cache = Cache::new(size);
+        let (peak, drops) = run_reads(&mut cache, size, &sequential(size, 128 * 1024), 2 * MIB);
+        assert!(drops > 20, "{drops}");
+        // window + lag + readahead + chunk rounding
+        assert!(
+            (peak as u64) * PAGE <= 12 * MIB,
+            "peak {} MiB",
+            peak as u64 * PAGE / MIB
+        );
+        assert_eq!(cache.count(Range::new(0, size)), 0, "EOF drops the tail");
+    }
+
+    #[test]
+    fn sha256sum_sized_reads_and_python_megabyte_reads() {
+        for chunk in [32 * 1024, MIB, 4096] {
+            let size = 64 * MIB;
+            let mut cache = Cache::new(size);
+            run_reads(&mut cache, size, &sequential(size, chunk), 512 * 1024);
+            assert_eq!(cache.count(Range::new(0, size)), 0, "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn pages_cached_before_the_stream_survive() {
+        let size = 128 * MIB;
+        let mut cache = Cache::new(size);
+        let warm = Range::new(0, 32 * MIB);
+        cache.touch(warm);
+        let before = cache.count(warm);
+        run_reads(&mut cache, size, &sequential(size, 128 * 1024), 2 * MIB);
+        assert_eq!(cache.count(warm), before);
+        assert_eq!(cache.count(Range::new(33 * MIB, size)), 0);
+    }
+
+    #[test]
+    fn scattered_cached_pages_survive_at_chunk_resolution() {
+        let size = 64 * MIB;
+        let mut cache = Cache::new(size);
+        let hot: Vec<Range> = (0..30)
+            .map(|i| Range::new(i * 2 * MIB + 4096, i * 2 * MIB + 8192))
+            .collect();
+        hot.iter().for_each(|&r| cache.touch(r));
+        run_reads(&mut cache, size, &sequential(size, 64 * 1024), 256 * 1024);
+        for r in hot {
+            assert_eq!(cache.count(r), 1, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn readahead_far_ahead_of_the_stream_is_still_ours() {
+        // FADV_SEQUENTIAL doubles an 8 MiB readahead: the snapshot must be ahead of that.
+        let size = 256 * MIB;
+        let mut cache = Cache::new(size);
+        run_reads(&mut cache, size, &sequential(size, 128 * 1024), 16 * MIB);
+        assert_eq!(cache.count(Range::new(0, size)), 0);
+    }
+
+    #[test]
+    fn random_preads_get_no_drops_and_no_snapshots_after_the_first() {
+        let size = 4 * 1024 * MIB;
+        let mut s = ReadStream::default();
+        let mut x: u64 = 12345;
+        let mut snapshots = 0;
+        let mut drops = 0;
+        for i in 0..10_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (x >> 20) % (size / 4096) * 4096;
+            let plan = s.plan(off);
+            snapshots += plan.snapshot.is_some() as usize;
+            assert!(!plan.dontcache);
+            let act = s.consumed(off, 4096, 4096, &P);
+            drops += act.drop.is_some() as usize;
+            snapshots += act.snapshot.is_some() as usize;
+            if i > 3 {
+                assert_eq!(s.pattern, Pattern::Random);
+            }
+        }
+        assert_eq!(snapshots, 1);
+        assert_eq!(drops, 0);
+        assert_eq!(s.finish(), None);
+    }
+
+    #[test]
+    fn stride_100_is_random() {
+        // Seed 003: every 100th page.
+        let mut s = ReadStream::default();
+        for i in 0..1000u64 {
+            let off = i * 100 * PAGE;
+            s.plan(off);
+            let act = s.consumed(off, PAGE, PAGE, &P);
+            assert_eq!(act.drop, None);
+        }
+        assert_eq!(s.pattern, Pattern::Random);
+    }
+
+    #[test]
+    fn small_gaps_and_rereads_keep_the_stream() {
+        let mut s = ReadStream::default();
+        let mut off = 0;
+        for i in 0..100u64 {
+            s.plan(off);
+            s.consumed(off, 64 * 1024, 64 * 1024, &P);
+            off += 64 * 1024;
+            if i % 10 == 3 {
+                off += 32 * 1024; // a small hole
+            }
+            if i % 10 == 7 {
+                off -= 16 * 1024; // a small re-read
+            }
+        }
+        assert_eq!(s.pattern, Pattern::Sequential);
+    }
+
+    #[test]
+    fn dontcache_only_once_sequential() {
+        let mut s = ReadStream::default();
+        assert!(!s.plan(0).dontcache);
+        s.consumed(0, 65536, 65536, &P);
+        assert!(!s.plan(65536).dontcache);
+        s.consumed(65536, 65536, 65536, &P);
+        assert!(s.plan(131072).dontcache);
+        assert!(!s.plan(900 * MIB).dontcache, "a jump is not read uncached");
+    }
+
+    #[test]
+    fn seek_restarts_detection_and_hands_back_the_consumed_range() {
+        let mut s = ReadStream::default();
+        for i in 0..4 {
+            if let Some(r) = s.plan(i * MIB).snapshot {
+                (r.start / PROOF_BLOCK..r.end / PROOF_BLOCK).for_each(|b| s.proof.record(b, !0));
+            }
+            s.consumed(i * MIB, MIB, MIB, &P);
+        }
+        assert_eq!(s.seeked(4 * MIB), None, "a seek to where we are is no seek");
+        assert_eq!(s.seeked(100 * MIB), Some(Range::new(0, 4 * MIB)));
+        assert_eq!(s.pattern, Pattern::Candidate);
+        assert!(!s.plan(100 * MIB).dontcache);
+    }
+
+    #[test]
+    fn second_sequential_run_after_jump_is_only_dropped_where_proven() {
+        let size = 128 * MIB;
+        let mut cache = Cache::new(size);
+        let mut reads = sequential(16 * MIB, MIB);
+        reads.extend(
+            sequential(32 * MIB, MIB)
+                .into_iter()
+                .map(|(o, l)| (o + 64 * MIB, l)),
+        );
+        run_reads(&mut cache, size, &reads, MIB);
+        // The second run's first block is unproven (it was touched before any snapshot).
+        assert!(cache.count(Range::new(64 * MIB, 68 * MIB)) > 0);
+        assert_eq!(cache.count(Range::new(72 * MIB, 96 * MIB)), 0);
+    }
+
+    #[test]
+    fn writes_are_windowed() {
+        let mut w = WriteStream::default();
+        let mut started = vec![];
+        let mut settled = vec![];
+        for i in 0..(64 * MIB / MIB) {
+            let off = i * MIB;
+            w.plan(off);
+            let a = w.wrote(off, MIB, &P, MIB);
+            started.extend(a.start_writeback);
+            settled.extend(a.settle);
+            w.settled();
+        }
+        let fin = w.finish(MIB);
+        assert_eq!(started[0], Range::new(0, 8 * MIB));
+        assert_eq!(settled[0], Range::new(0, 8 * MIB));
+        assert_eq!(started.len(), 8);
+        // Never more than two windows outstanding between settles.
+        for (s, d) in started.iter().skip(1).zip(settled.iter()) {
+            assert!(s.end - d.start <= 2 * P.window);
+        }
+        assert_eq!(fin.settle.unwrap().end, 64 * MIB);
+    }
+
+    #[test]
+    fn small_writes_below_min_size_are_left_alone() {
+        let mut w = WriteStream::default();
+        w.plan(0);
+        let a = w.wrote(0, 512 * 1024, &P, MIB);
+        assert_eq!(a.start_writeback, None);
+        assert_eq!(w.finish(MIB), WriteActions::default());
+    }
+
+    #[test]
+    fn sparse_writes_continue_and_backward_writes_restart() {
+        let mut w = WriteStream::default();
+        w.plan(0);
+        w.wrote(0, MIB, &P, MIB);
+        assert!(w.continues(3 * MIB));
+        assert!(!w.continues(0));
+    }
+
+    #[test]
+    fn proof_ring_is_bounded() {
+        let mut p = Proof::new();
+        p.restart_at(0);
+        let r = p.wanted(10 * 1024 * MIB).unwrap();
+        assert_eq!(r.len(), PROOF_RING * PROOF_BLOCK);
+        for b in 0..100 {
+            p.record(b, !0);
+        }
+        assert_eq!(p.hi, PROOF_RING);
+        assert_eq!(
+            p.owned_runs(Range::new(0, 200 * MIB))
+                .map(|r| r.len())
+                .sum::<u64>(),
+            PROOF_RING * PROOF_BLOCK
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! Counters for the opt-in exit report (DROPBEHIND_STATS). Relaxed atomics: a counter bump
+//! is the only cost on the hot path.
+
+use crate::config::{StatsSink, format_size};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    const fn new() -> Counter {
+        Counter(AtomicU64::new(0))
+    }
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+    fn reset(&self) {
+        self.0.store(0, Relaxed)
+    }
+}
+
+pub static FILES_TRACKED: Counter = Counter::new();
+pub static FILES_EXCLUDED: Counter = Counter::new();
+pub static READ_STREAMS: Counter = Counter::new();
+pub static WRITE_STREAMS: Counter = Counter::new();
+pub static READ_DONTCACHE: Counter = Counter::new();
+pub static READ_FADVISE: Counter = Counter::new();
+pub static WRITTEN_MANAGED: Counter = Counter::new();
+pub static DROP_CALLS: Counter = Counter::new();
+pub static PAGES_RELEASED: Counter = Counter::new();
+pub static WRITEBACK_WINDOWS: Counter = Counter::new();
+pub static SETTLE_TIMEOUTS: Counter = Counter::new();
+pub static SNAPSHOTS: Counter = Counter::new();
+pub static COPY_CLAMPS: Counter = Counter::new();
+
+const ALL: &[&Counter] = &[
+    &FILES_TRACKED,
+    &FILES_EXCLUDED,
+    &READ_STREAMS,
+    &WRITE_STREAMS,
+    &READ_DONTCACHE,
+    &READ_FADVISE,
+    &WRITTEN_MANAGED,
+    &DROP_CALLS,
+    &PAGES_RELEASED,
+    &WRITEBACK_WINDOWS,
+    &SETTLE_TIMEOUTS,
+    &SNAPSHOTS,
+    &COPY_CLAMPS,
+];
+
+/// A forked child reports its own work only.
+pub fn reset_all() {
+    ALL.iter().for_each(|c| c.reset());
+}
+
+/// The report, or `None` when this process did nothing worth reporting.
+pub fn report(pid: i32, comm: &str) -> Option<String> {
+    if FILES_TRACKED.get() == 0 {
+        return None;
+    }
+    let sz = |c: &Counter| format_size(c.get());
+    let released = PAGES_RELEASED.get();
+    Some(format!(
+        "dropbehind: report for pid {pid} ({comm})\n\
+         \x20 files tracked          {}  (excluded by DROPBEHIND_EXCLUDE: {})\n\
+         \x20 streams                {} read, {} write\n\
+         \x20 read uncached          {}  (RWF_DONTCACHE)\n\
+         \x20 read, dropped behind   {}  (fadvise)\n\
+         \x20 written, windowed      {}  ({} writeback windows, {} settle timeouts)\n\
+         \x20 pages released         {}  ({}, in {} drop calls)\n\
+         \x20 residency snapshots    {}\n\
+         \x20 copy calls clamped     {}\n",
+        FILES_TRACKED.get(),
+        FILES_EXCLUDED.get(),
+        READ_STREAMS.get(),
+        WRITE_STREAMS.get(),
+        sz(&READ_DONTCACHE),
+        sz(&READ_FADVISE),
+        sz(&WRITTEN_MANAGED),
+        WRITEBACK_WINDOWS.get(),
+        SETTLE_TIMEOUTS.get(),
+        released,
+        format_size(released * 4096),
+        DROP_CALLS.get(),
+        SNAPSHOTS.get(),
+        COPY_CLAMPS.get(),
+    ))
+}
+
+/// Writes the report where the user asked: stderr, or appended to a file.
+pub fn emit(sink: &StatsSink) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    let Some(text) = report(pid, comm.trim()) else {
+        return;
+    };
+    match sink {
+        StatsSink::Off => {}
+        StatsSink::Stderr => crate::log::write_all(2, text.as_bytes()),
+        StatsSink::File(path) => {
+            let Ok(c) = std::ffi::CString::new(path.as_str()) else {
+                return;
+            };
+            // SAFETY: raw open of a NUL-terminated path; closed below.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    c.as_ptr(),
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+                    0o644,
+                )
+            } as i32;
+            if fd >= 0 {
+                crate::log::write_all(fd, text.as_bytes());
+                // SAFETY: our own fd.
+                unsafe { libc::syscall(libc::SYS_close, fd) };
+            }
+        }
+    }
+}
