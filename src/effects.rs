@@ -167,26 +167,17 @@ pub fn status_flags(fd: i32) -> Option<c_int> {
     (r >= 0).then_some(r as c_int)
 }
 
-/// Whether the filesystem of `fd` takes RWF_DONTCACHE reads: a 1-byte uncached read at
-/// offset 0 (it drops only a page it brought in itself).
+/// Whether the filesystem of `fd` takes RWF_DONTCACHE reads. The flag is checked before
+/// anything is read, and a read past the largest file size returns 0 without I/O, so the
+/// probe reads nothing and starts no readahead.
 pub fn probe_dontcache(fd: i32) -> bool {
     let _e = ErrnoGuard::new();
     let mut b = [0u8; 1];
-    let iov = libc::iovec {
-        iov_base: b.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
+    let iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 1 };
+    let beyond_any_file = i64::MAX / 2;
     // SAFETY: one valid iovec.
     let r = unsafe {
-        libc::syscall(
-            libc::SYS_preadv2,
-            fd,
-            &iov as *const libc::iovec,
-            1,
-            0i64,
-            0i64,
-            libc::RWF_DONTCACHE,
-        )
+        libc::syscall(libc::SYS_preadv2, fd, &iov as *const libc::iovec, 1, beyond_any_file, 0i64, libc::RWF_DONTCACHE)
     };
     r >= 0
 }

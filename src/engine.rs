@@ -31,7 +31,7 @@ pub fn install(cfg: Config) -> bool {
         .iter()
         .filter_map(|g| CString::new(g.as_str()).ok())
         .collect();
-    let params = Params { window: cfg.window };
+    let params = Params::new(cfg.window);
     ENGINE
         .set(Engine {
             cfg,
@@ -300,7 +300,7 @@ pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
             None if f.read.pattern == Pattern::Fresh => effects::position(fd).unwrap_or(0),
             None => f.read.next,
         };
-        let plan = f.read.plan(off);
+        let plan = f.read.plan(off, &eng.params);
         if let Some(r) = plan.snapshot {
             snapshot(fd, &mut f.read.proof, r);
         }
@@ -449,7 +449,7 @@ pub fn before_write(fd: i32, off: Option<u64>) -> WriteTicket {
         if f.write.started && !f.write.continues(off) {
             finish_write(eng, fd, f);
         }
-        if let Some(r) = f.write.plan(off) {
+        if let Some(r) = f.write.plan(off, &eng.params) {
             snapshot(fd, &mut f.write.proof, r);
         }
         WriteTicket { tracked: true, off }
@@ -587,7 +587,7 @@ pub fn stdio_before_read(fd: i32) {
             return;
         }
         let off = effects::position(fd).unwrap_or(0);
-        if let Some(r) = f.read.plan(off).snapshot {
+        if let Some(r) = f.read.plan(off, &eng.params).snapshot {
             snapshot(fd, &mut f.read.proof, r);
         }
         // The stream starts here; samples of the position then extend it.
@@ -648,7 +648,7 @@ pub fn stdio_before_write(fd: i32) {
         let f = c.file();
         if f.writable && !f.write.started {
             let off = write_position(fd);
-            if let Some(r) = f.write.plan(off) {
+            if let Some(r) = f.write.plan(off, &eng.params) {
                 snapshot(fd, &mut f.write.proof, r);
             }
         }
