@@ -13,7 +13,8 @@ pub const GIB: u64 = 1024 * MIB;
 /// Which mechanism drops a read stream's pages behind it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// RWF_DONTCACHE where the filesystem supports it, else fadvise.
+    /// fadvise where residency can be proven (cachestat permitted), else RWF_DONTCACHE
+    /// where the filesystem supports it.
     Auto,
     /// RWF_DONTCACHE only (streams on filesystems without it are left alone).
     DontCache,
@@ -66,7 +67,9 @@ pub struct Config {
 /// `policy::Proof`) within its fixed-size ring.
 pub const WINDOW_MIN: u64 = 64 * KIB;
 pub const WINDOW_MAX: u64 = 64 * MIB;
-pub const DEFAULT_WINDOW: u64 = 8 * MIB;
+/// Measured on a 1 GiB `cp` (copy_file_range, ext4): peak memory-cgroup usage 44 MiB at 4M,
+/// 58 MiB at 8M, 91 MiB at 16M, with the same wall time.
+pub const DEFAULT_WINDOW: u64 = 4 * MIB;
 pub const DEFAULT_MIN_SIZE: u64 = MIB;
 
 impl Default for Config {
@@ -93,8 +96,8 @@ pub struct Variable {
 pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "DROPBEHIND_WINDOW",
-        accepts: "a size from 64K to 64M (e.g. 4096, 64K, 8M)",
-        default: "8M",
+        accepts: "a size from 64K to 64M, e.g. 4M (rounded up to a multiple of 2M)",
+        default: "4M",
     },
     Variable {
         name: "DROPBEHIND_MIN_SIZE",

@@ -25,6 +25,8 @@ pub struct FileState {
     pub size_at_open: u64,
     pub readable: bool,
     pub writable: bool,
+    /// cachestat refused this file (no write permission): residency is unknowable.
+    pub unprovable: bool,
     pub read: ReadStream,
     pub write: WriteStream,
     /// Bytes passed through stdio since the kernel position was last sampled.
@@ -54,6 +56,7 @@ impl Slot {
                 size_at_open: 0,
                 readable: false,
                 writable: false,
+                unprovable: false,
                 read: ReadStream::new(),
                 write: WriteStream::new(),
                 stdio_pending: 0,

@@ -274,6 +274,15 @@ impl ReadStream {
                 snapshot: None,
                 dontcache: self.continues(off),
             },
+            _ if self.unproven && self.run_reads >= 1 && self.continues(off) => {
+                // The second read of a new run (after a jump or seek): prove before it, so
+                // only the first read's pages and its small initial readahead go unproven.
+                // Random readers rarely get here, so they pay nothing.
+                self.unproven = false;
+                self.proof.restart_at(off);
+                self.dropped_to = align_down(off, DROP_ALIGN);
+                ReadPlan { snapshot: self.proof.wanted(off, p), dontcache: false }
+            }
             _ => ReadPlan::default(),
         }
     }
@@ -296,13 +305,6 @@ impl ReadStream {
             };
             if self.run_reads >= needed && self.pattern != Pattern::Sequential {
                 self.pattern = Pattern::Sequential;
-                if self.unproven {
-                    // Prove from here on; what the run already touched shows as cached and
-                    // is kept.
-                    self.unproven = false;
-                    self.proof.restart_at(end);
-                    self.dropped_to = align_down(end, DROP_ALIGN);
-                }
             }
         } else {
             // A jump: the run so far is done with; a new one may start here.
@@ -321,7 +323,7 @@ impl ReadStream {
         if self.pattern != Pattern::Sequential {
             // A run that began with a snapshot keeps its proof ahead of readahead while it
             // proves itself (a random reader has jumped away by now and pays nothing).
-            if self.pattern == Pattern::Candidate && !self.unproven {
+            if !self.unproven {
                 act.snapshot = self.proof.wanted(self.next, p);
             }
             return act;
@@ -675,8 +677,9 @@ mod tests {
                 assert_eq!(s.pattern, Pattern::Random);
             }
         }
-        // The first read's own length may extend the first snapshot by one block.
-        assert!(snapshots <= 2, "{snapshots}");
+        // One at the start; then a couple for each chance landing of a random read right
+        // after the previous one (a few in 10,000 here), never one per read.
+        assert!(snapshots <= 10, "{snapshots}");
         assert_eq!(drops, 0);
         assert_eq!(s.finish(), None);
     }
