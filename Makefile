@@ -1,0 +1,41 @@
+# dropbehind: `make demo` builds and shows the main job; `make test` runs every test.
+CARGO ?= cargo
+PREFIX ?= /usr/local
+RELEASE := target/release
+LIB := $(RELEASE)/libdropbehind.so
+BIN := $(RELEASE)/dropbehind
+
+.PHONY: all build demo test unit-test shim-test install uninstall bench bench-quick clean
+
+all: build
+
+build:
+	$(CARGO) build --release --locked --all-targets
+
+demo: build
+	scripts/demo.sh
+
+unit-test:
+	$(CARGO) test --release --locked
+
+shim-test: build
+	shim-tests/run.sh
+
+test: unit-test shim-test
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/dropbehind
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/libdropbehind.so
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/dropbehind $(DESTDIR)$(PREFIX)/lib/libdropbehind.so
+
+bench: build
+	bench/run.sh --full
+
+bench-quick: build
+	bench/run.sh --quick
+
+clean:
+	$(CARGO) clean

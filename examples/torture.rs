@@ -1,0 +1,195 @@
+//! Torture test for the preload: threads, fork, signals and fd churn on shared files.
+//! Every reader checks the bytes it got; the program prints one line of results that must
+//! be the same with and without the shim, and exits non-zero on any wrong byte.
+//!
+//! Usage: torture [DIR]   (default: a temporary directory)
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+
+const SIZE: usize = 24 << 20;
+
+/// Byte i of the test file: a cheap function of i, so every reader can check what it got.
+fn byte_at(i: usize) -> u8 {
+    (i.wrapping_mul(2654435761) >> 13) as u8
+}
+
+fn check(buf: &[u8], off: usize) -> bool {
+    buf.iter().enumerate().all(|(k, &b)| b == byte_at(off + k))
+}
+
+static SIG_FD: AtomicI32 = AtomicI32::new(-1);
+static SIG_READS: AtomicU64 = AtomicU64::new(0);
+static SIG_BAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_alarm(_: libc::c_int) {
+    // A read inside a signal handler, possibly while the thread is inside a hooked call.
+    let fd = SIG_FD.load(Ordering::Relaxed);
+    let mut b = [0u8; 512];
+    let off = (SIG_READS.load(Ordering::Relaxed) as usize * 7919 * 512) % (SIZE - 512);
+    let n = unsafe { libc::pread(fd, b.as_mut_ptr().cast(), b.len(), off as libc::off_t) };
+    if n != 512 || !check(&b, off) {
+        SIG_BAD.store(true, Ordering::Relaxed);
+    }
+    SIG_READS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn sequential_checksum(path: &std::path::Path, chunk: usize) -> Result<u64, String> {
+    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; chunk];
+    let (mut off, mut sum) = (0usize, 0u64);
+    loop {
+        let n = f.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        if !check(&buf[..n], off) {
+            return Err(format!("wrong bytes at {off}"));
+        }
+        sum = sum.wrapping_add(buf[..n].iter().map(|&b| b as u64).sum::<u64>());
+        off += n;
+    }
+    if off != SIZE {
+        return Err(format!("short file: {off}"));
+    }
+    Ok(sum)
+}
+
+fn worker(path: std::path::PathBuf, id: usize, out: std::path::PathBuf) -> Result<(), String> {
+    for round in 0..6 {
+        sequential_checksum(&path, 4096 << (id % 6))?;
+        // Random preads and a dup2 dance on a shared file.
+        let f = std::fs::File::open(&path).map_err(|e| e.to_string())?;
+        let fd = f.as_raw_fd();
+        let dup = unsafe { libc::dup(fd) };
+        let target = 200 + id as i32;
+        unsafe { libc::dup2(dup, target) };
+        let mut b = [0u8; 4096];
+        for k in 0..200usize {
+            let off = (k * 104729 + round * 4096 + id) % (SIZE - 4096);
+            let n = unsafe { libc::pread(target, b.as_mut_ptr().cast(), 4096, off as i64) };
+            if n != 4096 || !check(&b, off) {
+                return Err(format!("pread at {off}"));
+            }
+        }
+        unsafe {
+            libc::close(target);
+            libc::close(dup);
+        }
+        // A writer streaming its own file, then reading it back.
+        let mine = out.join(format!("w{id}"));
+        let mut w = std::fs::File::create(&mine).map_err(|e| e.to_string())?;
+        let block: Vec<u8> = (0..65536).map(byte_at).collect();
+        for _ in 0..(4 << 20) / block.len() {
+            w.write_all(&block).map_err(|e| e.to_string())?;
+        }
+        w.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+        drop(w);
+        let back = std::fs::read(&mine).map_err(|e| e.to_string())?;
+        if back.len() != 4 << 20 || back.chunks(65536).any(|c| c != &block[..]) {
+            return Err("writer read back wrong bytes".into());
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("usage: torture [DIR]\nThreads, fork, signal-handler reads and fd churn on files in DIR;\nprints one result line and exits non-zero on any wrong byte.");
+        return;
+    }
+    let dir = match args.get(1) {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::env::temp_dir().join(format!("torture.{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("shared");
+    let data: Vec<u8> = (0..SIZE).map(byte_at).collect();
+    std::fs::write(&path, &data).expect("write shared file");
+
+    // Signal handler reading through its own fd, every millisecond.
+    let sig_file = std::fs::File::open(&path).unwrap();
+    SIG_FD.store(sig_file.as_raw_fd(), Ordering::Relaxed);
+    unsafe {
+        libc::signal(libc::SIGALRM, on_alarm as *const () as libc::sighandler_t);
+        let t = libc::itimerval {
+            it_interval: libc::timeval { tv_sec: 0, tv_usec: 1000 },
+            it_value: libc::timeval { tv_sec: 0, tv_usec: 1000 },
+        };
+        libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut());
+    }
+
+    let mut results = Vec::new();
+    let threads: Vec<_> = (0..4)
+        .map(|id| {
+            let (p, o) = (path.clone(), dir.clone());
+            std::thread::spawn(move || worker(p, id, o))
+        })
+        .collect();
+
+    // Meanwhile: fork children that keep using inherited fds, one that closes everything
+    // with close_range, and a vfork+exec.
+    let inherited = std::fs::File::open(&path).unwrap();
+    for kind in 0..3 {
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = match kind {
+                0 => {
+                    let mut f = &inherited;
+                    let mut buf = vec![0u8; 1 << 20];
+                    let mut off = 0;
+                    let mut good = true;
+                    while let Ok(n) = f.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        good &= check(&buf[..n], off);
+                        off += n;
+                    }
+                    good && off == SIZE
+                }
+                1 => {
+                    unsafe { libc::close_range(3, u32::MAX, 0) };
+                    sequential_checksum(&path, 65536).is_ok()
+                }
+                _ => {
+                    let status = std::process::Command::new("sha256sum").arg(&path).stdout(std::process::Stdio::null()).status();
+                    status.map(|s| s.success()).unwrap_or(false)
+                }
+            };
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        results.push(format!("child{kind}={}", if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 { "ok" } else { "BAD" }));
+    }
+    #[allow(deprecated)] // vfork is the point: the child shares our memory, fd table included
+    let vf = unsafe { libc::vfork() };
+    if vf == 0 {
+        unsafe {
+            libc::execl(c"/bin/true".as_ptr(), c"true".as_ptr(), std::ptr::null::<libc::c_char>());
+            libc::_exit(127);
+        }
+    }
+    let mut status = 0;
+    unsafe { libc::waitpid(vf, &mut status, 0) };
+    results.push(format!("vfork={}", if libc::WEXITSTATUS(status) == 0 { "ok" } else { "BAD" }));
+
+    for (id, t) in threads.into_iter().enumerate() {
+        let r = t.join().unwrap_or_else(|_| Err("panicked".into()));
+        results.push(format!("thread{id}={}", r.map(|_| "ok".to_string()).unwrap_or_else(|e| format!("BAD({e})"))));
+    }
+    unsafe {
+        let zero = libc::itimerval { it_interval: libc::timeval { tv_sec: 0, tv_usec: 0 }, it_value: libc::timeval { tv_sec: 0, tv_usec: 0 } };
+        libc::setitimer(libc::ITIMER_REAL, &zero, std::ptr::null_mut());
+    }
+    results.push(format!("signal-reads={}", if SIG_BAD.load(Ordering::Relaxed) { "BAD" } else { "ok" }));
+    let _ = std::fs::remove_dir_all(&dir);
+    let line = results.join(" ");
+    println!("{line}");
+    if line.contains("BAD") {
+        std::process::exit(1);
+    }
+}
