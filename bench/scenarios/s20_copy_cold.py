@@ -1,0 +1,53 @@
+"""Cold copies (issue 3): every common copier, peak cgroup usage, cache left, wall time."""
+import os
+from pathlib import Path
+from bench import EXAMPLES, Cgroup, cached_mib, contenders, drop_caches, make_file, Contender, sh
+
+TITLE = "Cold copy of a big file"
+ORDER = 20
+
+
+def run(b):
+    mib = b.size(2048, 512)
+    src_dir = b.work / f"copy-src-{mib}"
+    src_dir.mkdir(exist_ok=True)
+    f = make_file(src_dir / "F", mib)
+    dst = b.work / "copy-dst"
+    cases = {
+        "cp": ["cp", str(f), str(dst)],
+        "dd bs=1M": ["dd", f"if={f}", f"of={dst}", "bs=1M", "status=none"],
+        "python3 shutil.copyfile": ["python3", "-c", "import shutil,sys; shutil.copyfile(*sys.argv[1:])", str(f), str(dst)],
+        "cat F > G": ["sh", "-c", f'cat "{f}" > "{dst}"'],
+        "tar cf": ["tar", "cf", str(dst), "-C", str(src_dir), "F"],
+        "rsync": ["rsync", str(f), str(dst)],
+    }
+    conts = contenders("no shim", "dropbehind", "nocache") + [
+        Contender("dd iflag=nocache oflag=nocache", lambda case, cmd: cmd + ["iflag=nocache", "oflag=nocache"] if case == "dd bs=1M" else None),
+        Contender("RWF_DONTCACHE reference", lambda case, cmd: [str(EXAMPLES / "uncached"), "copy", str(f), str(dst)] if case == "cp" else None),
+    ]
+
+    def one(case, c):
+        cmd = c.wrap(case, cases[case])
+        if cmd is None:
+            return None
+        if dst.exists():
+            dst.unlink()
+        drop_caches()
+        with Cgroup() as cg:
+            secs, _ = cg.run(cmd)
+            peak = cg.peak_mib()
+        src_left, dst_left = cached_mib(f), cached_mib(dst)
+        same = sh(["cmp", "-s", str(f), str(dst)]).returncode == 0 if case != "tar cf" else None
+        os.sync()
+        return dict(seconds=secs, peak_mib=peak, src_left=src_left, dst_left=dst_left, identical=same)
+
+    b.interleave(list(cases), conts, b.size(3, 1), one)
+    b.table(
+        f"Cold copy of a {mib} MiB file, each run alone in a fresh memory cgroup",
+        list(cases), conts,
+        [("peak_mib", "peak cgroup MiB", "{:.0f}"), ("src_left", "source cached after, MiB", "{:.1f}"),
+         ("dst_left", "copy cached after, MiB", "{:.1f}"), ("seconds", "seconds", "{:.2f}"), ("identical", "byte-identical", "{}")],
+        ratio_of="seconds",
+    )
+    if dst.exists():
+        dst.unlink()

@@ -1,0 +1,44 @@
+"""Overhead of the hooks where they must cost nothing: cached 4 KiB preads in a tight loop,
+pipe reads, process start-up, random preads on a cold file."""
+import json
+import subprocess
+import time
+from bench import EXAMPLES, LIB, contenders, drop_caches, make_file
+
+TITLE = "Hot-path overhead"
+ORDER = 60
+
+
+def run(b):
+    f = make_file(b.work / "overhead-64.bin", 64)
+    cold_mib = b.size(4096, 1024)
+    cold = make_file(b.work / f"random-{cold_mib}.bin", cold_mib)
+    loop = str(EXAMPLES / "pread_loop")
+    ops = b.size(2_000_000, 500_000)
+    execs = b.size(500, 200)
+    cases = {
+        f"4 KiB cached preads x{ops}": [loop, "cached", str(f), "--ops", str(ops)],
+        f"pipe write+read 4 KiB x{ops // 2}": [loop, "pipe", "--ops", str(ops // 2)],
+        f"start-up of /bin/true x{execs}": None,
+        f"random 4 KiB preads, cold {cold_mib} MiB file x20000": [loop, "random", str(cold), "--ops", "20000"],
+    }
+    conts = contenders("no shim", "dropbehind")
+
+    def one(case, c):
+        env_pre = ["env", f"LD_PRELOAD={LIB}"] if c.name == "dropbehind" else []
+        if cases[case] is None:
+            script = f"for i in $(seq {execs}); do {' '.join(env_pre)} /bin/true; done"
+            if not env_pre:
+                script = f"for i in $(seq {execs}); do env /bin/true; done"
+            t0 = time.monotonic()
+            subprocess.run(["bash", "-c", script], check=True)
+            return dict(per_op=(time.monotonic() - t0) / execs * 1e6)
+        if "cold" in case:
+            drop_caches()
+        out = subprocess.run(env_pre + cases[case], capture_output=True, text=True, check=True).stdout
+        return dict(per_op=json.loads(out)["ns_per_op"] / 1000)
+
+    b.interleave(list(cases), conts, b.size(7, 3), one)
+    b.table("Hook overhead: time per operation, shim against no shim, interleaved", list(cases), conts,
+            [("per_op", "us per op", "{:.3f}")], ratio_of="per_op",
+            note="Start-up: one `env [LD_PRELOAD=...] /bin/true` per iteration, so the extra cost per start is the difference.")
