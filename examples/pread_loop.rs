@@ -1,0 +1,144 @@
+//! Hot-path overhead probe: time many small I/O calls to measure per-call cost.
+//! `cached`: 4 KiB preads at pseudo-random page-aligned offsets in the first 64 MiB of a
+//! file (or the whole file if smaller), after one warm-up pass that caches that region.
+//! `pipe`: write 4096 bytes into a pipe, then read them back, N times.
+//! `random`: 4 KiB preads at pseudo-random page-aligned offsets over the whole file
+//! (meant for a cold file). Offsets come from a fixed-seed xorshift, so runs repeat.
+//!
+//! Output (one JSON line): {"mode":"cached","ops":N,"seconds":f,"ns_per_op":f}
+
+use clap::{Parser, Subcommand};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::time::Instant;
+
+const PAGE: u64 = 4096;
+const REGION: u64 = 64 << 20;
+
+/// Time N small preads (cached or cold) or N pipe write+read round trips.
+#[derive(Parser)]
+#[command(name = "pread_loop")]
+struct Args {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Subcommand)]
+enum Mode {
+    /// Random 4 KiB preads within the first 64 MiB of FILE, after caching it
+    Cached {
+        /// File to read (only its first 64 MiB)
+        file: PathBuf,
+        /// Number of preads
+        #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+        ops: u64,
+    },
+    /// Write 4096 bytes into a pipe and read them back, N times
+    Pipe {
+        /// Number of write+read round trips
+        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+        ops: u64,
+    },
+    /// Random 4 KiB preads over the whole of FILE (meant for a cold file)
+    Random {
+        /// File to read (should not be cached)
+        file: PathBuf,
+        /// Number of preads
+        #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+        ops: u64,
+    },
+}
+
+fn check(n: isize, what: &str) -> Result<(), String> {
+    if n < 0 {
+        Err(format!("{what}: {}", std::io::Error::last_os_error()))
+    } else {
+        Ok(())
+    }
+}
+
+/// `ops` preads of 4 KiB at random pages among the first `pages` pages of `fd`.
+fn preads(fd: i32, pages: u64, ops: u64) -> Result<(), String> {
+    let mut buf = [0u8; PAGE as usize];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64; // fixed seed: xorshift64
+    for _ in 0..ops {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let off = (x % pages) * PAGE;
+        check(
+            unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off as libc::off_t) },
+            "pread",
+        )?;
+    }
+    Ok(())
+}
+
+fn run(mode: &Mode) -> Result<(&'static str, u64, f64), String> {
+    let (name, file, ops) = match mode {
+        Mode::Cached { file, ops } => ("cached", Some(file), *ops),
+        Mode::Random { file, ops } => ("random", Some(file), *ops),
+        Mode::Pipe { ops } => ("pipe", None, *ops),
+    };
+    let Some(path) = file else {
+        let mut fds = [0; 2];
+        check(unsafe { libc::pipe(fds.as_mut_ptr()) } as isize, "pipe")?;
+        let mut buf = [0u8; PAGE as usize];
+        let t = Instant::now();
+        for _ in 0..ops {
+            check(
+                unsafe { libc::write(fds[1], buf.as_ptr().cast(), buf.len()) },
+                "pipe write",
+            )?;
+            let mut got = 0;
+            while got < buf.len() {
+                let n =
+                    unsafe { libc::read(fds[0], buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+                check(n, "pipe read")?;
+                got += n as usize;
+            }
+        }
+        return Ok((name, ops, t.elapsed().as_secs_f64()));
+    };
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    let span = if name == "cached" {
+        size.min(REGION)
+    } else {
+        size
+    };
+    let pages = span.div_ceil(PAGE);
+    if pages == 0 {
+        return Err(format!("{}: empty file", path.display()));
+    }
+    if name == "cached" {
+        let mut buf = [0u8; PAGE as usize];
+        for p in 0..pages {
+            let off = (p * PAGE) as libc::off_t;
+            check(
+                unsafe { libc::pread(f.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off) },
+                "pread",
+            )?;
+        }
+    }
+    let t = Instant::now();
+    preads(f.as_raw_fd(), pages, ops)?;
+    Ok((name, ops, t.elapsed().as_secs_f64()))
+}
+
+fn main() {
+    let args = Args::parse();
+    match run(&args.mode) {
+        Ok((mode, ops, s)) => println!(
+            "{{\"mode\":\"{mode}\",\"ops\":{ops},\"seconds\":{s:.6},\"ns_per_op\":{:.2}}}",
+            s * 1e9 / ops as f64
+        ),
+        Err(e) => {
+            eprintln!("pread_loop: {e}");
+            std::process::exit(1);
+        }
+    }
+}
