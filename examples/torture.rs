@@ -97,7 +97,9 @@ fn worker(path: std::path::PathBuf, id: usize, out: std::path::PathBuf) -> Resul
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: torture [DIR]\nThreads, fork, signal-handler reads and fd churn on files in DIR;\nprints one result line and exits non-zero on any wrong byte.");
+        println!(
+            "usage: torture [DIR]\nThreads, fork, signal-handler reads and fd churn on files in DIR;\nprints one result line and exits non-zero on any wrong byte."
+        );
         return;
     }
     let dir = match args.get(1) {
@@ -115,8 +117,14 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGALRM, on_alarm as *const () as libc::sighandler_t);
         let t = libc::itimerval {
-            it_interval: libc::timeval { tv_sec: 0, tv_usec: 1000 },
-            it_value: libc::timeval { tv_sec: 0, tv_usec: 1000 },
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 1000,
+            },
+            it_value: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 1000,
+            },
         };
         libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut());
     }
@@ -155,7 +163,10 @@ fn main() {
                     sequential_checksum(&path, 65536).is_ok()
                 }
                 _ => {
-                    let status = std::process::Command::new("sha256sum").arg(&path).stdout(std::process::Stdio::null()).status();
+                    let status = std::process::Command::new("sha256sum")
+                        .arg(&path)
+                        .stdout(std::process::Stdio::null())
+                        .status();
                     status.map(|s| s.success()).unwrap_or(false)
                 }
             };
@@ -163,29 +174,67 @@ fn main() {
         }
         let mut status = 0;
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        results.push(format!("child{kind}={}", if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 { "ok" } else { "BAD" }));
+        results.push(format!(
+            "child{kind}={}",
+            if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+                "ok"
+            } else {
+                "BAD"
+            }
+        ));
     }
     #[allow(deprecated)] // vfork is the point: the child shares our memory, fd table included
     let vf = unsafe { libc::vfork() };
     if vf == 0 {
         unsafe {
-            libc::execl(c"/bin/true".as_ptr(), c"true".as_ptr(), std::ptr::null::<libc::c_char>());
+            libc::execl(
+                c"/bin/true".as_ptr(),
+                c"true".as_ptr(),
+                std::ptr::null::<libc::c_char>(),
+            );
             libc::_exit(127);
         }
     }
     let mut status = 0;
     unsafe { libc::waitpid(vf, &mut status, 0) };
-    results.push(format!("vfork={}", if libc::WEXITSTATUS(status) == 0 { "ok" } else { "BAD" }));
+    results.push(format!(
+        "vfork={}",
+        if libc::WEXITSTATUS(status) == 0 {
+            "ok"
+        } else {
+            "BAD"
+        }
+    ));
 
     for (id, t) in threads.into_iter().enumerate() {
         let r = t.join().unwrap_or_else(|_| Err("panicked".into()));
-        results.push(format!("thread{id}={}", r.map(|_| "ok".to_string()).unwrap_or_else(|e| format!("BAD({e})"))));
+        results.push(format!(
+            "thread{id}={}",
+            r.map(|_| "ok".to_string())
+                .unwrap_or_else(|e| format!("BAD({e})"))
+        ));
     }
     unsafe {
-        let zero = libc::itimerval { it_interval: libc::timeval { tv_sec: 0, tv_usec: 0 }, it_value: libc::timeval { tv_sec: 0, tv_usec: 0 } };
+        let zero = libc::itimerval {
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+            it_value: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+        };
         libc::setitimer(libc::ITIMER_REAL, &zero, std::ptr::null_mut());
     }
-    results.push(format!("signal-reads={}", if SIG_BAD.load(Ordering::Relaxed) { "BAD" } else { "ok" }));
+    results.push(format!(
+        "signal-reads={}",
+        if SIG_BAD.load(Ordering::Relaxed) {
+            "BAD"
+        } else {
+            "ok"
+        }
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     let line = results.join(" ");
     println!("{line}");

@@ -173,11 +173,22 @@ pub fn status_flags(fd: i32) -> Option<c_int> {
 pub fn probe_dontcache(fd: i32) -> bool {
     let _e = ErrnoGuard::new();
     let mut b = [0u8; 1];
-    let iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 1 };
+    let iov = libc::iovec {
+        iov_base: b.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
     let beyond_any_file = i64::MAX / 2;
     // SAFETY: one valid iovec.
     let r = unsafe {
-        libc::syscall(libc::SYS_preadv2, fd, &iov as *const libc::iovec, 1, beyond_any_file, 0i64, libc::RWF_DONTCACHE)
+        libc::syscall(
+            libc::SYS_preadv2,
+            fd,
+            &iov as *const libc::iovec,
+            1,
+            beyond_any_file,
+            0i64,
+            libc::RWF_DONTCACHE,
+        )
     };
     r >= 0
 }

@@ -8,13 +8,18 @@
 
 use crate::config::{Backend, Config};
 use crate::effects::{self, ErrnoGuard};
-use crate::fdtable::{self, Claimed, FileState, IGNORED, TRACKED, UNKNOWN};
+use crate::fdtable::{
+    self, Claimed, FAST_NONE, FAST_RANDOM, FAST_SEQUENTIAL, FAST_SEQUENTIAL_UNCACHED, FileState,
+    IGNORED, Slot, TRACKED,
+};
+use crate::policy::{FastRead, read_continues};
 use crate::policy::{PROOF_BLOCK, Params, Pattern, Proof, Range};
 use crate::stats;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 
 pub struct Engine {
     pub cfg: Config,
@@ -90,12 +95,71 @@ fn claim_tracked(eng: &Engine, fd: i32) -> Option<Claimed> {
     let slot = fdtable::slot(fd)?;
     match slot.state() {
         IGNORED => None,
-        TRACKED => slot.try_claim(),
+        TRACKED => {
+            let mut c = slot.try_claim()?;
+            take_fast(&mut c);
+            Some(c)
+        }
         _ => {
             let mut c = slot.try_claim()?;
             adopt(eng, fd, &mut c);
             (slot.state() == TRACKED).then_some(c)
         }
+    }
+}
+
+/// Folds the reads and writes that took the hot path into the streams. Until `publish`, the
+/// hot path is closed and every call comes through the policy.
+fn take_fast(c: &mut Claimed) {
+    let slot = c.slot();
+    let f = c.file();
+    let mode = slot.fast_read.swap(FAST_NONE, Ordering::AcqRel);
+    if mode != FAST_NONE {
+        let next = slot.fast_read_next.load(Ordering::Acquire);
+        if mode != FAST_RANDOM && next > f.read.next {
+            let counter = if mode == FAST_SEQUENTIAL_UNCACHED {
+                &stats::READ_DONTCACHE
+            } else {
+                &stats::READ_FADVISE
+            };
+            counter.add(next - f.read.next);
+        }
+        f.read.resume(next);
+    }
+    if slot.fast_write.swap(FAST_NONE, Ordering::AcqRel) != FAST_NONE {
+        let next = slot.fast_write_next.load(Ordering::Acquire);
+        if f.counted_stream && next > f.write.next {
+            stats::WRITTEN_MANAGED.add(next - f.write.next);
+        }
+        f.write.resume(next);
+    }
+}
+
+/// Opens the hot path for whatever the streams' state lets through.
+fn publish(eng: &Engine, fd: i32, c: &mut Claimed) {
+    let slot = c.slot();
+    let f = c.file();
+    match f.read.fast(&eng.params) {
+        FastRead::None => {}
+        FastRead::Random => {
+            slot.fast_read_next.store(f.read.next, Ordering::Relaxed);
+            slot.fast_read.store(FAST_RANDOM, Ordering::Release);
+        }
+        FastRead::Sequential { until } => {
+            slot.fast_read_next.store(f.read.next, Ordering::Relaxed);
+            slot.fast_read_until.store(until, Ordering::Relaxed);
+            let mode = if uncached_reads(eng, fd, f) {
+                FAST_SEQUENTIAL_UNCACHED
+            } else {
+                FAST_SEQUENTIAL
+            };
+            slot.fast_read.store(mode, Ordering::Release);
+        }
+    }
+    if let Some(until) = f.write.fast(&eng.params, eng.cfg.min_size) {
+        slot.fast_write_next.store(f.write.next, Ordering::Relaxed);
+        slot.fast_write_until.store(until, Ordering::Relaxed);
+        slot.fast_write.store(FAST_SEQUENTIAL, Ordering::Release);
     }
 }
 
@@ -226,8 +290,7 @@ fn same_file(fd: i32, f: &FileState) -> bool {
 /// cost nothing.
 pub fn forget(fd: i32) {
     if let Some(slot) = fdtable::slot(fd) {
-        slot.state
-            .store(UNKNOWN, std::sync::atomic::Ordering::Release);
+        slot.forget();
     }
 }
 
@@ -243,8 +306,7 @@ pub fn closing(fd: i32) {
             }
         });
     }
-    slot.state
-        .store(UNKNOWN, std::sync::atomic::Ordering::Release);
+    slot.forget();
 }
 
 /// Before fds `lo..=hi` are closed together.
@@ -280,16 +342,55 @@ fn finish_write(eng: &Engine, fd: i32, f: &mut FileState) {
 pub struct ReadTicket {
     pub tracked: bool,
     pub dontcache: bool,
+    /// Decided on the hot path: `after_read` tries the hot path too.
+    fast: bool,
     off: u64,
 }
 
 /// Before a read at `off` (`None`: at the file position).
 #[inline]
 pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() != IGNORED => {}
-        _ => return ReadTicket::default(),
+    let Some(slot) = fdtable::slot(fd) else {
+        return ReadTicket::default();
+    };
+    match slot.state() {
+        IGNORED => return ReadTicket::default(),
+        TRACKED => {
+            if let Some(t) = fast_read_ticket(slot, off) {
+                return t;
+            }
+        }
+        _ => {}
     }
+    slow_before_read(fd, off)
+}
+
+/// The hot path: a random stream's jump, or a sequential stream's next read well inside
+/// its window, needs nothing but the stream's new position.
+#[inline]
+fn fast_read_ticket(slot: &Slot, off: Option<u64>) -> Option<ReadTicket> {
+    let mode = slot.fast_read.load(Ordering::Acquire);
+    if mode == FAST_NONE {
+        return None;
+    }
+    let next = slot.fast_read_next.load(Ordering::Relaxed);
+    let off = off.unwrap_or(next);
+    let continues = read_continues(next, off);
+    let skip = if mode == FAST_RANDOM {
+        !continues
+    } else {
+        continues
+    };
+    skip.then_some(ReadTicket {
+        tracked: true,
+        dontcache: mode == FAST_SEQUENTIAL_UNCACHED,
+        fast: true,
+        off,
+    })
+}
+
+#[inline(never)]
+fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
     contained(|eng| {
         let Some(mut c) = claim_tracked(eng, fd) else {
             return ReadTicket::default();
@@ -307,20 +408,27 @@ pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
         if let Some(r) = plan.snapshot {
             f.unprovable = !snapshot(fd, &mut f.read.proof, r);
         }
-        // RWF_DONTCACHE reads measured 1.9-10x slower than fadvise drop-behind for reads of
-        // 4 KiB-1 MiB here, so `auto` keeps them for files whose residency can't be proven.
-        let wanted = match eng.cfg.backend {
-            Backend::DontCache => true,
-            Backend::Auto => f.unprovable,
-            _ => false,
-        };
-        let dontcache = plan.dontcache && wanted && dontcache_ok(fd, f.dev);
+        let dontcache = plan.dontcache && uncached_reads(eng, fd, f);
+        publish(eng, fd, &mut c);
         ReadTicket {
             tracked: true,
             dontcache,
+            fast: false,
             off,
         }
     })
+}
+
+/// Whether a sequential stream on this file reads with RWF_DONTCACHE. Uncached reads
+/// measured 1.9-10x slower than fadvise drop-behind for reads of 4 KiB-1 MiB here, so `auto`
+/// keeps them for files whose residency can't be proven.
+fn uncached_reads(eng: &Engine, fd: i32, f: &FileState) -> bool {
+    let wanted = match eng.cfg.backend {
+        Backend::DontCache => true,
+        Backend::Auto => f.unprovable,
+        _ => false,
+    };
+    wanted && dontcache_ok(fd, f.dev)
 }
 
 fn dontcache_ok(fd: i32, dev: u64) -> bool {
@@ -354,6 +462,23 @@ pub fn after_read(fd: i32, t: ReadTicket, asked: usize, ret: isize) {
     if !t.tracked || ret < 0 {
         return;
     }
+    if t.fast && ret > 0 {
+        if let Some(slot) = fdtable::slot(fd) {
+            let end = t.off + ret as u64;
+            let mode = slot.fast_read.load(Ordering::Acquire);
+            if mode == FAST_RANDOM
+                || (mode != FAST_NONE && end < slot.fast_read_until.load(Ordering::Relaxed))
+            {
+                slot.fast_read_next.store(end, Ordering::Release);
+                return;
+            }
+        }
+    }
+    slow_after_read(fd, t, asked, ret);
+}
+
+#[inline(never)]
+fn slow_after_read(fd: i32, t: ReadTicket, asked: usize, ret: isize) {
     contained(|eng| {
         let Some(mut c) = claim_tracked(eng, fd) else {
             return;
@@ -367,6 +492,7 @@ pub fn after_read(fd: i32, t: ReadTicket, asked: usize, ret: isize) {
             asked as u64,
             t.dontcache,
         );
+        publish(eng, fd, &mut c);
     })
 }
 
@@ -421,6 +547,7 @@ pub fn seeked(fd: i32, pos: u64) {
         if f.write.started && pos != f.write.next {
             finish_write(eng, fd, f);
         }
+        publish(eng, fd, &mut c);
     })
 }
 
@@ -430,16 +557,37 @@ pub fn seeked(fd: i32, pos: u64) {
 #[derive(Clone, Copy, Default)]
 pub struct WriteTicket {
     pub tracked: bool,
+    fast: bool,
     off: u64,
 }
 
 /// Before a write at `off` (`None`: at the file position, or the end with O_APPEND).
 #[inline]
 pub fn before_write(fd: i32, off: Option<u64>) -> WriteTicket {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() != IGNORED => {}
-        _ => return WriteTicket::default(),
+    let Some(slot) = fdtable::slot(fd) else {
+        return WriteTicket::default();
+    };
+    match slot.state() {
+        IGNORED => return WriteTicket::default(),
+        TRACKED if slot.fast_write.load(Ordering::Acquire) != FAST_NONE => {
+            // The hot path: the stream's next write, well inside its window.
+            let next = slot.fast_write_next.load(Ordering::Relaxed);
+            let off = off.unwrap_or(next);
+            if off == next {
+                return WriteTicket {
+                    tracked: true,
+                    fast: true,
+                    off,
+                };
+            }
+        }
+        _ => {}
     }
+    slow_before_write(fd, off)
+}
+
+#[inline(never)]
+fn slow_before_write(fd: i32, off: Option<u64>) -> WriteTicket {
     contained(|eng| {
         let Some(mut c) = claim_tracked(eng, fd) else {
             return WriteTicket::default();
@@ -459,7 +607,12 @@ pub fn before_write(fd: i32, off: Option<u64>) -> WriteTicket {
         if let Some(r) = f.write.plan(off, &eng.params) {
             snapshot(fd, &mut f.write.proof, r);
         }
-        WriteTicket { tracked: true, off }
+        publish(eng, fd, &mut c);
+        WriteTicket {
+            tracked: true,
+            fast: false,
+            off,
+        }
     })
 }
 
@@ -478,11 +631,28 @@ pub fn after_write(fd: i32, t: WriteTicket, ret: isize) {
     if !t.tracked || ret <= 0 {
         return;
     }
+    if t.fast {
+        if let Some(slot) = fdtable::slot(fd) {
+            let end = t.off + ret as u64;
+            if slot.fast_write.load(Ordering::Acquire) != FAST_NONE
+                && end < slot.fast_write_until.load(Ordering::Relaxed)
+            {
+                slot.fast_write_next.store(end, Ordering::Release);
+                return;
+            }
+        }
+    }
+    slow_after_write(fd, t, ret);
+}
+
+#[inline(never)]
+fn slow_after_write(fd: i32, t: WriteTicket, ret: isize) {
     contained(|eng| {
         let Some(mut c) = claim_tracked(eng, fd) else {
             return;
         };
         write_event(eng, fd, c.file(), t.off, ret as u64);
+        publish(eng, fd, &mut c);
     })
 }
 

@@ -40,7 +40,21 @@ pub struct Slot {
     pub state: AtomicU8,
     claim: AtomicBool,
     file: UnsafeCell<FileState>,
+    /// The read hot path (see `policy::FastRead`), published by whoever holds the claim:
+    /// mode (FAST_*), the offset after the last read, and the bound of FAST_SEQUENTIAL.
+    pub fast_read: AtomicU8,
+    pub fast_read_next: AtomicU64,
+    pub fast_read_until: AtomicU64,
+    /// The same for writes: continuing writes ending before `fast_write_until` are free.
+    pub fast_write: AtomicU8,
+    pub fast_write_next: AtomicU64,
+    pub fast_write_until: AtomicU64,
 }
+
+pub const FAST_NONE: u8 = 0;
+pub const FAST_RANDOM: u8 = 1;
+pub const FAST_SEQUENTIAL: u8 = 2;
+pub const FAST_SEQUENTIAL_UNCACHED: u8 = 3;
 
 // SAFETY: `file` is only touched by the holder of `claim`.
 unsafe impl Sync for Slot {}
@@ -63,6 +77,12 @@ impl Slot {
                 bytes: 0,
                 counted_stream: false,
             }),
+            fast_read: AtomicU8::new(FAST_NONE),
+            fast_read_next: AtomicU64::new(0),
+            fast_read_until: AtomicU64::new(0),
+            fast_write: AtomicU8::new(FAST_NONE),
+            fast_write_next: AtomicU64::new(0),
+            fast_write_until: AtomicU64::new(0),
         }
     }
 }
@@ -79,11 +99,17 @@ pub struct Claimed {
 }
 
 impl Claimed {
+    pub fn slot(&self) -> &'static Slot {
+        self.slot
+    }
+
     pub fn file(&mut self) -> &mut FileState {
         // SAFETY: we hold the claim.
         unsafe { &mut *self.slot.file.get() }
     }
     pub fn set_state(&self, s: u8) {
+        self.slot.fast_read.store(FAST_NONE, Ordering::Release);
+        self.slot.fast_write.store(FAST_NONE, Ordering::Release);
         self.slot.state.store(s, Ordering::Release);
     }
 }
@@ -98,6 +124,13 @@ impl Slot {
     #[inline]
     pub fn state(&self) -> u8 {
         self.state.load(Ordering::Acquire)
+    }
+
+    /// The fd now names something else (or nothing): forget all about it.
+    pub fn forget(&self) {
+        self.fast_read.store(FAST_NONE, Ordering::Release);
+        self.fast_write.store(FAST_NONE, Ordering::Release);
+        self.state.store(UNKNOWN, Ordering::Release);
     }
 
     pub fn try_claim(&'static self) -> Option<Claimed> {

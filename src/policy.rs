@@ -173,7 +173,9 @@ pub struct Params {
 impl Params {
     /// Windows are whole multiples of DROP_ALIGN, so that no window edge splits a folio.
     pub fn new(window: u64) -> Params {
-        Params { window: window.max(1).next_multiple_of(DROP_ALIGN) }
+        Params {
+            window: window.max(1).next_multiple_of(DROP_ALIGN),
+        }
     }
 
     /// How far ahead of a stream residency is proven.
@@ -209,6 +211,24 @@ pub struct ReadStream {
     pub proof: Proof,
 }
 
+/// Whether a read at `off` continues a stream whose last read ended at `next`.
+#[inline]
+pub fn read_continues(next: u64, off: u64) -> bool {
+    off <= next.saturating_add(GAP_FORWARD) && off.saturating_add(GAP_BACKWARD) >= next
+}
+
+/// Which reads may bypass the policy until something changes: computed after every event
+/// the policy did see, so that the hot path costs a few atomic loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FastRead {
+    /// Every read goes through the policy.
+    None,
+    /// A random stream: reads that do not continue the last one change nothing.
+    Random,
+    /// A sequential stream: continuing reads that end before `until` change nothing.
+    Sequential { until: u64 },
+}
+
 /// Drop `range` (restricted to proven chunks) and `snapshot` ahead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadActions {
@@ -231,8 +251,7 @@ impl ReadStream {
     }
 
     fn continues(&self, off: u64) -> bool {
-        off <= self.next.saturating_add(GAP_FORWARD)
-            && off.saturating_add(GAP_BACKWARD) >= self.next
+        read_continues(self.next, off)
     }
 
     /// Completes a pending restart: the old run's proof is released.
@@ -281,7 +300,10 @@ impl ReadStream {
                 self.unproven = false;
                 self.proof.restart_at(off);
                 self.dropped_to = align_down(off, DROP_ALIGN);
-                ReadPlan { snapshot: self.proof.wanted(off, p), dontcache: false }
+                ReadPlan {
+                    snapshot: self.proof.wanted(off, p),
+                    dontcache: false,
+                }
             }
             _ => ReadPlan::default(),
         }
@@ -364,6 +386,39 @@ impl ReadStream {
         self.run_reads = 0;
         self.next = pos;
         pending
+    }
+
+    /// What the following reads may skip (see `FastRead`).
+    pub fn fast(&self, p: &Params) -> FastRead {
+        if self.restart_at.is_some() {
+            return FastRead::None;
+        }
+        match self.pattern {
+            Pattern::Random if self.run_reads == 1 => FastRead::Random,
+            Pattern::Sequential => {
+                let drop_at = self.dropped_to.saturating_add(p.window).saturating_add(LAG);
+                let snap_at = if self.proof.hi >= self.proof.lo + PROOF_RING {
+                    u64::MAX // the ring is full until a drop releases blocks
+                } else {
+                    (self.proof.hi * PROOF_BLOCK)
+                        .saturating_sub(p.lookahead())
+                        .saturating_add(1)
+                };
+                FastRead::Sequential {
+                    until: drop_at.min(snap_at),
+                }
+            }
+            _ => FastRead::None,
+        }
+    }
+
+    /// Folds in reads that took the fast path: the last of them ended at `next`. For a
+    /// random stream each was a jump, which leaves the state just as one jump does.
+    pub fn resume(&mut self, next: u64) {
+        if self.pattern == Pattern::Random {
+            self.dropped_to = align_down(next, DROP_ALIGN);
+        }
+        self.next = next;
     }
 
     /// At close: what the stream consumed and has not dropped yet; the stream is reset.
@@ -450,6 +505,28 @@ impl WriteStream {
             self.written_back_to = boundary;
         }
         act
+    }
+
+    /// The bound below which the stream's next contiguous writes need no action (the next
+    /// window boundary, or where the proof must be extended), once it is managed at all.
+    pub fn fast(&self, p: &Params, min_size: u64) -> Option<u64> {
+        if !self.started || self.next - self.run_start < min_size.max(1) {
+            return None;
+        }
+        let boundary = self.written_back_to.saturating_add(p.window);
+        let snap_at = if self.proof.hi >= self.proof.lo + PROOF_RING {
+            u64::MAX
+        } else {
+            (self.proof.hi * PROOF_BLOCK)
+                .saturating_sub(p.lookahead())
+                .saturating_add(1)
+        };
+        Some(boundary.min(snap_at))
+    }
+
+    /// Folds in writes that took the fast path: the last of them ended at `next`.
+    pub fn resume(&mut self, next: u64) {
+        self.next = self.next.max(next);
     }
 
     pub fn settled(&mut self) {
@@ -640,19 +717,79 @@ mod tests {
                 s.proof.record(b, cache.bits(b));
             }
         };
-        for (off, len) in sequential(size, 16 * MIB).into_iter().chain([(size, 16 * MIB)]) {
+        for (off, len) in sequential(size, 16 * MIB)
+            .into_iter()
+            .chain([(size, 16 * MIB)])
+        {
             let plan = s.plan(off, &p16);
             snap(&mut s, &cache, plan.snapshot);
             let got = len.min(size - off);
             cache.touch(Range::new(off, (off + got + 16 * MIB).min(size)));
             let act = s.consumed(off, got, len, &p16);
             if let Some(d) = act.drop {
-                s.proof.owned_runs(d).collect::<Vec<_>>().into_iter().for_each(|r| cache.drop(r));
+                s.proof
+                    .owned_runs(d)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .for_each(|r| cache.drop(r));
                 s.dropped(d);
             }
             snap(&mut s, &cache, act.snapshot);
         }
         assert_eq!(cache.count(Range::new(0, size)), 0);
+    }
+
+    #[test]
+    fn fast_path_decisions_match_the_slow_path() {
+        // Replaying a trace through `fast` must never skip an event that would have acted.
+        let size = 512 * MIB;
+        let mut x: u64 = 99;
+        let mut trace: Vec<(u64, u64)> = sequential(64 * MIB, 64 * 1024);
+        for _ in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            trace.push(((x >> 24) % (size / PAGE) * PAGE, PAGE));
+        }
+        trace.extend(
+            sequential(64 * MIB, 128 * 1024)
+                .into_iter()
+                .map(|(o, l)| (o + 256 * MIB, l)),
+        );
+        let mut slow = ReadStream::default();
+        for &(off, len) in &trace {
+            let fast = slow.fast(&P);
+            let mut probe = slow;
+            let plan = probe.plan(off, &P);
+            if let Some(r) = plan.snapshot {
+                (r.start / PROOF_BLOCK..r.end / PROOF_BLOCK)
+                    .for_each(|b| probe.proof.record(b, !0));
+            }
+            let act = probe.consumed(off, len, len, &P);
+            let skippable = match fast {
+                FastRead::Random => !read_continues(slow.next, off),
+                FastRead::Sequential { until } => {
+                    read_continues(slow.next, off) && off + len < until
+                }
+                FastRead::None => false,
+            };
+            if skippable {
+                assert_eq!(plan.snapshot, None, "{off}");
+                assert_eq!(act.drop, None, "{off}");
+                assert_eq!(act.snapshot, None, "{off}");
+                assert_eq!(probe.pattern, slow.pattern, "{off}");
+                slow.resume(off + len);
+            } else {
+                slow = probe;
+                if let Some(d) = act.drop {
+                    slow.dropped(d);
+                }
+                if let Some(r) = act.snapshot {
+                    (r.start / PROOF_BLOCK..r.end / PROOF_BLOCK)
+                        .for_each(|b| slow.proof.record(b, !0));
+                }
+            }
+        }
     }
 
     #[test]
@@ -723,7 +860,10 @@ mod tests {
         assert!(!s.plan(65536, &P).dontcache);
         s.consumed(65536, 65536, 65536, &P);
         assert!(s.plan(131072, &P).dontcache);
-        assert!(!s.plan(900 * MIB, &P).dontcache, "a jump is not read uncached");
+        assert!(
+            !s.plan(900 * MIB, &P).dontcache,
+            "a jump is not read uncached"
+        );
     }
 
     #[test]

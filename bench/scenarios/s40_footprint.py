@@ -24,11 +24,11 @@ def run(b):
         if dst.exists():
             dst.unlink()
         drop_caches()
-        samples = b.work / "fp-samples.txt"
+        samples, summary = b.work / "fp-samples.txt", b.work / "fp-summary.json"
         with Cgroup() as cg:
-            _, out = cg.run([str(EXAMPLES / "footprint"), "--cgroup", str(cg.path), "--interval-ms", "50",
-                             "--out", str(samples), "--", *c.wrap(case, cp)], stdout=-1)
-        res = json.loads(out)
+            cg.run([str(EXAMPLES / "footprint"), "--cgroup", str(cg.path), "--interval-ms", "50",
+                    "--out", str(samples), "--json", str(summary), "--", *c.wrap(case, cp)])
+        res = json.loads(summary.read_text())
         pts = [tuple(map(int, l.split())) for l in samples.read_text().splitlines() if l.strip()]
         series[c.name] = [(t / 1000, u / MIB) for t, u in pts]
         return dict(seconds=res["seconds"], peak_mib=res["peak_bytes"] / MIB)

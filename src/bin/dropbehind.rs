@@ -87,7 +87,8 @@ fn parse_min_size(s: &str) -> Result<u64, String> {
 }
 
 fn parse_backend(s: &str) -> Result<config::Backend, String> {
-    config::parse_backend(s).ok_or_else(|| "expected one of auto, dontcache, fadvise, off".to_string())
+    config::parse_backend(s)
+        .ok_or_else(|| "expected one of auto, dontcache, fadvise, off".to_string())
 }
 
 fn main() -> ExitCode {
@@ -105,7 +106,10 @@ fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
 
 fn run(cli: Cli) -> ExitCode {
     let Some((program, args)) = cli.command.split_first() else {
-        return fail(2, "no command given; usage: dropbehind [OPTIONS] -- COMMAND [ARGS]...");
+        return fail(
+            2,
+            "no command given; usage: dropbehind [OPTIONS] -- COMMAND [ARGS]...",
+        );
     };
     // Values already in the environment get the same scrutiny as options.
     let (_, bad) = config::from_lookup(|name| std::env::var(name).ok());
@@ -125,13 +129,24 @@ fn run(cli: Cli) -> ExitCode {
     }
     let lib = match find_library() {
         Ok(l) => l,
-        Err(looked) => return fail(2, format!("{LIB_NAME} not found (looked in {looked}); set DROPBEHIND_LIB")),
+        Err(looked) => {
+            return fail(
+                2,
+                format!("{LIB_NAME} not found (looked in {looked}); set DROPBEHIND_LIB"),
+            );
+        }
     };
     let Some(path) = resolve_command(program) else {
-        return fail(127, format!("{}: command not found", program.to_string_lossy()));
+        return fail(
+            127,
+            format!("{}: command not found", program.to_string_lossy()),
+        );
     };
     if let Some(why) = unreachable_reason(&path) {
-        eprintln!("dropbehind: warning: {}: {why}; the library can't act there", path.display());
+        eprintln!(
+            "dropbehind: warning: {}: {why}; the library can't act there",
+            path.display()
+        );
     }
 
     let mut cmd = std::process::Command::new(program);
@@ -171,7 +186,11 @@ fn run(cli: Cli) -> ExitCode {
         }
     }
     let err = cmd.exec();
-    let code = if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+    let code = if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
     fail(code, format!("{}: {err}", program.to_string_lossy()))
 }
 
@@ -179,7 +198,11 @@ fn run(cli: Cli) -> ExitCode {
 fn find_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("DROPBEHIND_LIB") {
         let p = PathBuf::from(p);
-        return if p.is_file() { Ok(absolute(&p)) } else { Err(format!("DROPBEHIND_LIB={}", p.display())) };
+        return if p.is_file() {
+            Ok(absolute(&p))
+        } else {
+            Err(format!("DROPBEHIND_LIB={}", p.display()))
+        };
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
@@ -188,7 +211,13 @@ fn find_library() -> Result<PathBuf, String> {
         .iter()
         .find(|p| p.is_file())
         .map(|p| absolute(p))
-        .ok_or_else(|| candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+        .ok_or_else(|| {
+            candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -202,7 +231,9 @@ fn resolve_command(program: &OsString) -> Option<PathBuf> {
         return p.exists().then(|| p.to_path_buf());
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path).map(|d| d.join(p)).find(|c| c.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
 }
 
 /// Why LD_PRELOAD won't reach the program, if it can tell: setuid/setgid, or a static ELF.
@@ -216,8 +247,14 @@ fn unreachable_reason(path: &Path) -> Option<String> {
         return Some("it is setgid, and the loader ignores LD_PRELOAD for it".into());
     }
     let mut head = Vec::new();
-    std::fs::File::open(path).ok()?.take(64 * 1024).read_to_end(&mut head).ok()?;
-    elf_is_static(&head).filter(|&s| s).map(|_| "it is statically linked".into())
+    std::fs::File::open(path)
+        .ok()?
+        .take(64 * 1024)
+        .read_to_end(&mut head)
+        .ok()?;
+    elf_is_static(&head)
+        .filter(|&s| s)
+        .map(|_| "it is statically linked".into())
 }
 
 /// For a 64-bit little-endian ELF executable: true when it has no PT_INTERP (static).
@@ -263,10 +300,21 @@ fn residency(path: &Path) -> Result<Residency, String> {
     use std::os::fd::AsRawFd;
     let fd = f.as_raw_fd();
     match residency::cachestat(fd, 0, 0) {
-        Ok(cs) => Ok(Residency { size: meta.len(), cached: cs.cache, dirty: Some(cs.dirty), method: "cachestat" }),
+        Ok(cs) => Ok(Residency {
+            size: meta.len(),
+            cached: cs.cache,
+            dirty: Some(cs.dirty),
+            method: "cachestat",
+        }),
         Err(_) => {
-            let cached = residency::mincore_count(fd, meta.len()).map_err(|e| format!("mincore: errno {e}"))?;
-            Ok(Residency { size: meta.len(), cached, dirty: None, method: "mincore" })
+            let cached = residency::mincore_count(fd, meta.len())
+                .map_err(|e| format!("mincore: errno {e}"))?;
+            Ok(Residency {
+                size: meta.len(),
+                cached,
+                dirty: None,
+                method: "mincore",
+            })
         }
     }
 }
@@ -288,12 +336,19 @@ fn stat(files: &[PathBuf], json: bool) -> ExitCode {
     let mut failed = false;
     let mut rows = Vec::new();
     if !json {
-        println!("{:>9} {:>6} {:>10} {:>9} {:>7}  FILE", "CACHED", "%", "PAGES", "SIZE", "DIRTY");
+        println!(
+            "{:>9} {:>6} {:>10} {:>9} {:>7}  FILE",
+            "CACHED", "%", "PAGES", "SIZE", "DIRTY"
+        );
     }
     for path in files {
         match residency(path) {
             Ok(r) => {
-                let pct = if r.size == 0 { 0.0 } else { 100.0 * (r.cached * 4096) as f64 / r.size as f64 };
+                let pct = if r.size == 0 {
+                    0.0
+                } else {
+                    100.0 * (r.cached * 4096) as f64 / r.size as f64
+                };
                 if json {
                     rows.push(format!(
                         "{{\"file\":{},\"size\":{},\"cached_pages\":{},\"cached_bytes\":{},\"dirty_pages\":{},\"method\":\"{}\"}}",
@@ -313,7 +368,11 @@ fn stat(files: &[PathBuf], json: bool) -> ExitCode {
                         config::format_size(r.size),
                         r.dirty.map_or("-".into(), |d| d.to_string()),
                         path.display(),
-                        if r.method == "mincore" { "  (mincore: may over-report files you can't write)" } else { "" }
+                        if r.method == "mincore" {
+                            "  (mincore: may over-report files you can't write)"
+                        } else {
+                            ""
+                        }
                     );
                 }
             }
@@ -326,7 +385,11 @@ fn stat(files: &[PathBuf], json: bool) -> ExitCode {
     if json {
         println!("[{}]", rows.join(","));
     }
-    if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 #[cfg(test)]
