@@ -41,3 +41,20 @@ if is_root && command -v mkfs.ext4 >/dev/null && losetup -f >/dev/null 2>&1; the
 else
     skip "full filesystem: needs root, mkfs.ext4 and a loop device"
 fi
+
+# Edge cases found in review: bad pointers, odd counts, recycled fds, sockets, seccomp.
+if command -v cc >/dev/null && cc -O2 -w -o "$d/edge_cases" "$ROOT/shim-tests/helpers/edge_cases.c" 2>"$d/cc.err"; then
+    for backend in auto dontcache; do
+        evict "$d/f"
+        a=$("$d/edge_cases" "$d/f" 2>&1)
+        evict "$d/f"
+        b=$(env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$backend "$d/edge_cases" "$d/f" 2>&1)
+        if [ "$a" = "$b" ]; then
+            ok "edge cases, backend $backend: every result and errno identical ($(echo "$a" | wc -l) cases)"
+        else
+            fail "edge cases, backend $backend: differences:"; diff <(echo "$a") <(echo "$b") | sed 's/^/    /'
+        fi
+    done
+else
+    skip "edge cases: no C compiler"
+fi

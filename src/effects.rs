@@ -207,4 +207,33 @@ pub fn read_dontcache(
     unsafe { preadv2(fd, iov, iovcnt, off, flags | libc::RWF_DONTCACHE) }
 }
 
+/// Reads an i64 at `p` in our own memory, or `None` where that would fault: the kernel
+/// copies it (process_vm_readv on ourselves) and reports EFAULT instead of a signal.
+pub fn peek_i64(p: *const i64) -> Option<i64> {
+    let _e = ErrnoGuard::new();
+    let mut v: i64 = 0;
+    let local = libc::iovec {
+        iov_base: (&mut v as *mut i64).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: p as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: the kernel validates `remote`; `local` is our own stack variable.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_process_vm_readv,
+            libc::getpid(),
+            &local as *const libc::iovec,
+            1usize,
+            &remote as *const libc::iovec,
+            1usize,
+            // variadic: a full-width zero, or the upper half of `flags` is garbage (EINVAL)
+            0usize,
+        )
+    };
+    (n == 8).then_some(v)
+}
+
 pub use residency::CacheStat;

@@ -46,8 +46,21 @@ pub fn install(cfg: Config) -> bool {
         .is_ok()
 }
 
+/// Set for good when the program sandboxes itself (see hooks/process.rs).
+static DISABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn disable() {
+    DISABLED.store(true, Ordering::Release);
+    for slot in fdtable::all() {
+        slot.forget_fast();
+    }
+}
+
 #[inline]
 fn engine() -> Option<&'static Engine> {
+    if DISABLED.load(Ordering::Relaxed) {
+        return None;
+    }
     ENGINE.get().filter(|e| e.cfg.backend != Backend::Off)
 }
 
@@ -682,6 +695,10 @@ fn write_event(eng: &Engine, fd: i32, f: &mut FileState, off: u64, n: u64) {
 const SETTLE_BUDGET_MS: u64 = 30_000;
 
 fn perform_write_actions(fd: i32, f: &mut FileState, act: crate::policy::WriteActions) {
+    // Once per window: never wait on, or hint at, a file the fd no longer names.
+    if (act.start_writeback.is_some() || act.settle.is_some()) && !same_file(fd, f) {
+        return;
+    }
     if let Some(r) = act.start_writeback {
         stats::WRITEBACK_WINDOWS.add(1);
         effects::start_writeback(fd, r);
@@ -715,15 +732,20 @@ pub fn truncating(fd: i32) {
 // ---------------------------------------------------------------------------------------
 // In-kernel copies: copy_file_range, sendfile, splice
 
-/// The length to ask the kernel for: one window when either end is a managed file (a short
-/// count is legal and every caller loops), else the program's own.
+/// Whether `fd` is, or may turn out to be, a file the shim manages.
+pub fn may_manage(fd: i32) -> bool {
+    fdtable::slot(fd).is_some_and(|s| s.state() != IGNORED)
+}
+
+/// The length to ask the kernel for: one window when the destination is a managed file (a
+/// short count is legal, and a caller asking for more than is left must loop to see the
+/// end), else the program's own. Copies into sockets and pipes keep their length.
 pub fn copy_len(fd_in: i32, fd_out: i32, len: usize) -> usize {
-    let managed = |fd| fdtable::slot(fd).is_some_and(|s| s.state() != IGNORED);
-    if !managed(fd_in) && !managed(fd_out) {
+    if !may_manage(fd_out) || !may_manage(fd_in) {
         return len;
     }
     contained_or(len, |eng| {
-        let window = eng.cfg.window as usize;
+        let window = eng.params.window as usize;
         if len <= window {
             return len;
         }
@@ -731,7 +753,7 @@ pub fn copy_len(fd_in: i32, fd_out: i32, len: usize) -> usize {
         let reads_big = claim_tracked(eng, fd_in)
             .is_some_and(|mut c| c.file().readable && c.file().size_at_open >= min);
         let writes = claim_tracked(eng, fd_out).is_some_and(|mut c| c.file().writable);
-        if reads_big || writes {
+        if reads_big && writes {
             stats::COPY_CLAMPS.add(1);
             window
         } else {

@@ -126,6 +126,12 @@ impl Slot {
         self.state.load(Ordering::Acquire)
     }
 
+    /// Closes the hot path: every call goes through the engine (which may pass it through).
+    pub fn forget_fast(&self) {
+        self.fast_read.store(FAST_NONE, Ordering::Release);
+        self.fast_write.store(FAST_NONE, Ordering::Release);
+    }
+
     /// The fd now names something else (or nothing): forget all about it.
     pub fn forget(&self) {
         self.fast_read.store(FAST_NONE, Ordering::Release);

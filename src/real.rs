@@ -154,4 +154,5 @@ reals! {
     FPUTS = c"fputs": fn(*const c_char, *mut FILE) -> c_int;
     FPUTS_UNLOCKED = c"fputs_unlocked": fn(*const c_char, *mut FILE) -> c_int;
     FFLUSH = c"fflush": fn(*mut FILE) -> c_int;
+    PRCTL = c"prctl": fn(c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> c_int;
 }

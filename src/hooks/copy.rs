@@ -1,25 +1,58 @@
 //! In-kernel copies. `cp` asks copy_file_range for the whole file in one call, which would
-//! pass through the page cache before the shim saw anything: the length is clamped to one
-//! window (a short count is legal; callers loop) so drop-behind runs between calls.
+//! pass through the page cache before the shim saw anything: when the destination is a
+//! managed file the length is clamped to one window (a short count is legal, and callers
+//! asking for more than is left must loop to see the end) so drop-behind runs between calls.
+//! Copies to sockets and pipes keep their length.
 
-use super::enosys;
-use crate::engine;
-use crate::real;
-use libc::{c_int, c_uint, loff_t, off_t, size_t, ssize_t};
+use crate::engine::{self, ReadTicket, WriteTicket};
+use crate::{effects, real};
+use libc::{c_int, c_long, c_uint, loff_t, off_t, size_t, ssize_t};
 
-/// The offset an optional pointer designates, or `None` for "the file position".
-fn at(p: *const i64) -> Option<u64> {
-    // SAFETY: the caller's pointer, which the real call reads as well.
-    (!p.is_null())
-        .then(|| unsafe { *p })
-        .and_then(|o| u64::try_from(o).ok())
+/// Where a copy reads or writes: the file position, an explicit offset, or unknown (an
+/// offset pointer we could not read: the call is then left entirely alone).
+#[derive(Clone, Copy)]
+enum At {
+    Position,
+    Offset(u64),
+    Unknown,
+}
+
+/// Reads an optional offset pointer without trusting it: a bad pointer must give the
+/// program its EFAULT from the kernel, not a crash in the shim.
+fn at(fd: c_int, p: *const i64) -> At {
+    if p.is_null() {
+        return At::Position;
+    }
+    if !engine::may_manage(fd) {
+        return At::Unknown;
+    }
+    match effects::peek_i64(p) {
+        Some(o) if o >= 0 => At::Offset(o as u64),
+        _ => At::Unknown,
+    }
+}
+
+/// Tickets for the source and destination; copies are never read uncached.
+fn tickets(fd_in: c_int, at_in: At, fd_out: c_int, at_out: At) -> (ReadTicket, WriteTicket) {
+    let mut rt = match at_in {
+        At::Position => engine::before_read(fd_in, None),
+        At::Offset(o) => engine::before_read(fd_in, Some(o)),
+        At::Unknown => ReadTicket::default(),
+    };
+    rt.dontcache = false;
+    let wt = match at_out {
+        At::Position => engine::before_write(fd_out, None),
+        At::Offset(o) => engine::before_write(fd_out, Some(o)),
+        At::Unknown => WriteTicket::default(),
+    };
+    (rt, wt)
 }
 
 fn report(
     fd_in: c_int,
     fd_out: c_int,
-    rt: engine::ReadTicket,
-    wt: engine::WriteTicket,
+    rt: ReadTicket,
+    wt: WriteTicket,
     asked: usize,
     ret: ssize_t,
 ) -> ssize_t {
@@ -28,16 +61,9 @@ fn report(
     ret
 }
 
-/// Tickets for the source and destination; the copy itself is never read uncached.
-fn tickets(
-    fd_in: c_int,
-    off_in: Option<u64>,
-    fd_out: c_int,
-    off_out: Option<u64>,
-) -> (engine::ReadTicket, engine::WriteTicket) {
-    let mut rt = engine::before_read(fd_in, off_in);
-    rt.dontcache = false;
-    (rt, engine::before_write(fd_out, off_out))
+fn raw(nr: c_long, a: [usize; 6]) -> ssize_t {
+    // SAFETY: a raw syscall with the caller's own arguments (before the real symbol exists).
+    unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) as ssize_t }
 }
 
 #[unsafe(no_mangle)]
@@ -49,11 +75,26 @@ pub unsafe extern "C" fn copy_file_range(
     len: size_t,
     flags: c_uint,
 ) -> ssize_t {
-    let len = engine::copy_len(fd_in, fd_out, len);
-    let (rt, wt) = tickets(fd_in, at(off_in), fd_out, at(off_out));
+    let (a_in, a_out) = (at(fd_in, off_in), at(fd_out, off_out));
+    let len = if matches!(a_in, At::Unknown) || matches!(a_out, At::Unknown) {
+        len
+    } else {
+        engine::copy_len(fd_in, fd_out, len)
+    };
+    let (rt, wt) = tickets(fd_in, a_in, fd_out, a_out);
     let ret = match real::COPY_FILE_RANGE.get() {
         Some(f) => unsafe { f(fd_in, off_in, fd_out, off_out, len, flags) },
-        None => enosys(),
+        None => raw(
+            libc::SYS_copy_file_range,
+            [
+                fd_in as usize,
+                off_in as usize,
+                fd_out as usize,
+                off_out as usize,
+                len,
+                flags as usize,
+            ],
+        ),
     };
     report(fd_in, fd_out, rt, wt, len, ret)
 }
@@ -67,11 +108,19 @@ macro_rules! sendfile_hook {
             off: *mut off_t,
             count: size_t,
         ) -> ssize_t {
-            let count = engine::copy_len(fd_in, fd_out, count);
-            let (rt, wt) = tickets(fd_in, at(off), fd_out, None);
+            let a_in = at(fd_in, off);
+            let count = if matches!(a_in, At::Unknown) {
+                count
+            } else {
+                engine::copy_len(fd_in, fd_out, count)
+            };
+            let (rt, wt) = tickets(fd_in, a_in, fd_out, At::Position);
             let ret = match real::$real.get() {
                 Some(f) => unsafe { f(fd_out, fd_in, off, count) },
-                None => enosys(),
+                None => raw(
+                    libc::SYS_sendfile,
+                    [fd_out as usize, fd_in as usize, off as usize, count, 0, 0],
+                ),
             };
             report(fd_in, fd_out, rt, wt, count, ret)
         }
@@ -90,10 +139,20 @@ pub unsafe extern "C" fn splice(
     len: size_t,
     flags: c_uint,
 ) -> ssize_t {
-    let (rt, wt) = tickets(fd_in, at(off_in), fd_out, at(off_out));
+    let (rt, wt) = tickets(fd_in, at(fd_in, off_in), fd_out, at(fd_out, off_out));
     let ret = match real::SPLICE.get() {
         Some(f) => unsafe { f(fd_in, off_in, fd_out, off_out, len, flags) },
-        None => enosys(),
+        None => raw(
+            libc::SYS_splice,
+            [
+                fd_in as usize,
+                off_in as usize,
+                fd_out as usize,
+                off_out as usize,
+                len,
+                flags as usize,
+            ],
+        ),
     };
     report(fd_in, fd_out, rt, wt, len, ret)
 }

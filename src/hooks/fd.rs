@@ -120,17 +120,21 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     }
     match real::CLOSE_RANGE.get() {
         Some(f) => unsafe { f(first, last, flags) },
-        None => enosys(),
+        // SAFETY: raw close_range with the caller's arguments.
+        None => unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) as c_int },
     }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closefrom(lowfd: c_int) {
-    if lowfd >= 0 {
-        engine::closing_range(lowfd as u32, u32::MAX);
-    }
-    if let Some(f) = real::CLOSEFROM.get() {
-        unsafe { f(lowfd) }
+    // glibc treats a negative lowfd as 0.
+    engine::closing_range(lowfd.max(0) as u32, u32::MAX);
+    match real::CLOSEFROM.get() {
+        Some(f) => unsafe { f(lowfd) },
+        // SAFETY: raw close_range with the caller's bound.
+        None => unsafe {
+            libc::syscall(libc::SYS_close_range, lowfd.max(0) as u32, u32::MAX, 0);
+        },
     }
 }
 
@@ -138,19 +142,27 @@ pub unsafe extern "C" fn closefrom(lowfd: c_int) {
 pub unsafe extern "C" fn dup(old: c_int) -> c_int {
     let fd = match real::DUP.get() {
         Some(f) => unsafe { f(old) },
-        None => enosys(),
+        // SAFETY: raw dup of the caller's fd.
+        None => unsafe { libc::syscall(libc::SYS_dup, old) as c_int },
     };
     opened(fd)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    if old != new {
-        engine::closing(new);
+    if old == new {
+        // No close happens: the fd keeps its stream.
+        return match real::DUP2.get() {
+            Some(f) => unsafe { f(old, new) },
+            // SAFETY: raw dup2 of the caller's fds.
+            None => unsafe { libc::syscall(libc::SYS_dup2, old, new) as c_int },
+        };
     }
+    engine::closing(new);
     let fd = match real::DUP2.get() {
         Some(f) => unsafe { f(old, new) },
-        None => enosys(),
+        // SAFETY: as above.
+        None => unsafe { libc::syscall(libc::SYS_dup2, old, new) as c_int },
     };
     opened(fd)
 }
@@ -162,7 +174,8 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     }
     let fd = match real::DUP3.get() {
         Some(f) => unsafe { f(old, new, flags) },
-        None => enosys(),
+        // SAFETY: raw dup3 of the caller's fds.
+        None => unsafe { libc::syscall(libc::SYS_dup3, old, new, flags) as c_int },
     };
     opened(fd)
 }

@@ -13,6 +13,7 @@ compile_error!(
 
 mod copy;
 mod fd;
+mod process;
 mod read;
 mod stdio;
 mod write;
@@ -26,7 +27,17 @@ extern "C" fn init() {
         return;
     };
     real::resolve_all();
-    let (cfg, bad) = config::from_lookup(|name| std::env::var(name).ok());
+    // A setuid program (the library given by /etc/ld.so.preload) must not let its caller's
+    // environment choose files to append to or fds to write to: defaults only.
+    // SAFETY: getauxval has no preconditions.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    let (cfg, bad) = config::from_lookup(|name| {
+        if secure {
+            None
+        } else {
+            std::env::var(name).ok()
+        }
+    });
     for b in &bad {
         let default = config::variable(b.name).default;
         log::line_to(

@@ -1,24 +1,31 @@
-//! read and its relatives. A sequential stream's reads become preadv2(RWF_DONTCACHE) where
-//! the filesystem supports it: same bytes, same file position, same errors.
+//! read and its relatives. A sequential stream's reads may become preadv2(RWF_DONTCACHE):
+//! same bytes, same file position, same errors.
 
 use super::enosys;
 use crate::engine::{self, ReadTicket};
+use crate::residency::{errno, set_errno};
 use crate::{effects, real};
-use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
+use libc::{c_int, c_long, c_void, iovec, off_t, size_t, ssize_t};
 
-/// Bytes asked for by an iovec array (for end-of-file detection only).
+/// read/pread check their count against the buffer before clamping it to MAX_RW_COUNT, and
+/// preadv2's iovec import the other way round: only counts up to it behave the same.
+const MAX_RW_COUNT: usize = 0x7fff_f000;
+
+/// Bytes asked for by an iovec array (for end-of-file detection only). Only called after
+/// the kernel accepted the array, so it is readable.
 fn iov_len(iov: *const iovec, cnt: c_int) -> usize {
     if iov.is_null() || cnt <= 0 || cnt > libc::UIO_MAXIOV {
         return 0;
     }
-    // SAFETY: the caller's array of `cnt` iovecs, which the real call reads too.
+    // SAFETY: the caller's array of `cnt` iovecs, which the kernel just read.
     unsafe { std::slice::from_raw_parts(iov, cnt as usize) }
         .iter()
         .fold(0usize, |a, v| a.saturating_add(v.iov_len))
 }
 
-/// The uncached read. If the kernel refuses RWF_DONTCACHE after all (another filesystem
-/// behind a bind mount, say), the read happens the ordinary way.
+/// The uncached read. If it fails for any reason but an interruption, the read is done the
+/// ordinary way and that result (and errno) is what the program sees: the kernel may refuse
+/// RWF_DONTCACHE after all (another filesystem behind a bind mount, a seccomp filter).
 fn read_uncached(
     fd: c_int,
     iov: *const iovec,
@@ -30,37 +37,81 @@ fn read_uncached(
     let Some(preadv2) = real::PREADV2.get() else {
         return plain();
     };
+    let saved = errno();
     let r = effects::read_dontcache(preadv2, fd, iov, cnt, off, flags);
-    if r < 0 && crate::residency::errno() == libc::EOPNOTSUPP {
-        engine::dontcache_refused(fd);
-        return plain();
+    if r >= 0 {
+        return r;
     }
-    r
+    let e = errno();
+    if e == libc::EINTR || e == libc::EAGAIN {
+        return r;
+    }
+    if flags == 0
+        && matches!(
+            e,
+            libc::EOPNOTSUPP | libc::EPERM | libc::ENOSYS | libc::EACCES
+        )
+    {
+        engine::dontcache_refused(fd);
+    }
+    set_errno(saved);
+    plain()
 }
 
-fn finish(fd: c_int, t: ReadTicket, asked: usize, ret: ssize_t) -> ssize_t {
-    engine::after_read(fd, t, asked, ret);
+/// The single-buffer reads, uncached when the ticket says so and the count allows.
+fn read_one(
+    t: ReadTicket,
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off_t,
+    plain: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    let ret = if t.dontcache && n <= MAX_RW_COUNT {
+        let iov = iovec {
+            iov_base: buf,
+            iov_len: n,
+        };
+        read_uncached(fd, &iov, 1, off, 0, plain)
+    } else {
+        plain()
+    };
+    engine::after_read(fd, t, n, ret);
     ret
+}
+
+fn read_vec(
+    t: ReadTicket,
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off_t,
+    flags: c_int,
+    plain: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    let ret = if t.dontcache {
+        read_uncached(fd, iov, cnt, off, flags, plain)
+    } else {
+        plain()
+    };
+    if t.tracked && ret >= 0 {
+        engine::after_read(fd, t, iov_len(iov, cnt), ret);
+    }
+    ret
+}
+
+fn raw(nr: c_long, a: [usize; 5]) -> ssize_t {
+    // SAFETY: a raw syscall with the caller's own arguments (before the real symbol exists).
+    unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4]) as ssize_t }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     let t = engine::before_read(fd, None);
-    let plain = || match real::READ.get() {
+    read_one(t, fd, buf, n, -1, || match real::READ.get() {
         Some(f) => unsafe { f(fd, buf, n) },
-        // SAFETY: raw read into the caller's buffer.
-        None => unsafe { libc::syscall(libc::SYS_read, fd, buf, n) as ssize_t },
-    };
-    let ret = if t.dontcache {
-        let iov = iovec {
-            iov_base: buf,
-            iov_len: n,
-        };
-        read_uncached(fd, &iov, 1, -1, 0, plain)
-    } else {
-        plain()
-    };
-    finish(fd, t, n, ret)
+        None => raw(libc::SYS_read, [fd as usize, buf as usize, n, 0, 0]),
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -70,22 +121,16 @@ pub unsafe extern "C" fn __read_chk(
     n: size_t,
     buflen: size_t,
 ) -> ssize_t {
-    let t = engine::before_read(fd, None);
-    let plain = || match real::READ_CHK.get() {
+    // An overflowing request goes to the real function, which reports it.
+    let t = if n <= buflen {
+        engine::before_read(fd, None)
+    } else {
+        ReadTicket::default()
+    };
+    read_one(t, fd, buf, n, -1, || match real::READ_CHK.get() {
         Some(f) => unsafe { f(fd, buf, n, buflen) },
         None => enosys(),
-    };
-    // An overflowing request goes to the real function, which reports it.
-    let ret = if t.dontcache && n <= buflen {
-        let iov = iovec {
-            iov_base: buf,
-            iov_len: n,
-        };
-        read_uncached(fd, &iov, 1, -1, 0, plain)
-    } else {
-        plain()
-    };
-    finish(fd, t, n, ret)
+    })
 }
 
 macro_rules! pread_hook {
@@ -97,21 +142,18 @@ macro_rules! pread_hook {
             n: size_t,
             off: off_t,
         ) -> ssize_t {
-            let t = engine::before_read(fd, u64::try_from(off).ok());
-            let plain = || match real::$real.get() {
-                Some(f) => unsafe { f(fd, buf, n, off) },
-                None => enosys(),
-            };
-            let ret = if t.dontcache && off >= 0 {
-                let iov = iovec {
-                    iov_base: buf,
-                    iov_len: n,
-                };
-                read_uncached(fd, &iov, 1, off, 0, plain)
+            let t = if off >= 0 {
+                engine::before_read(fd, Some(off as u64))
             } else {
-                plain()
+                ReadTicket::default()
             };
-            finish(fd, t, n, ret)
+            read_one(t, fd, buf, n, off, || match real::$real.get() {
+                Some(f) => unsafe { f(fd, buf, n, off) },
+                None => raw(
+                    libc::SYS_pread64,
+                    [fd as usize, buf as usize, n, off as usize, 0],
+                ),
+            })
         }
     };
 }
@@ -128,21 +170,16 @@ macro_rules! pread_chk_hook {
             off: off_t,
             buflen: size_t,
         ) -> ssize_t {
-            let t = engine::before_read(fd, u64::try_from(off).ok());
-            let plain = || match real::$real.get() {
+            let ok = off >= 0 && n <= buflen;
+            let t = if ok {
+                engine::before_read(fd, Some(off as u64))
+            } else {
+                ReadTicket::default()
+            };
+            read_one(t, fd, buf, n, off, || match real::$real.get() {
                 Some(f) => unsafe { f(fd, buf, n, off, buflen) },
                 None => enosys(),
-            };
-            let ret = if t.dontcache && off >= 0 && n <= buflen {
-                let iov = iovec {
-                    iov_base: buf,
-                    iov_len: n,
-                };
-                read_uncached(fd, &iov, 1, off, 0, plain)
-            } else {
-                plain()
-            };
-            finish(fd, t, n, ret)
+            })
         }
     };
 }
@@ -152,16 +189,13 @@ pread_chk_hook!(__pread64_chk, PREAD64_CHK);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
     let t = engine::before_read(fd, None);
-    let plain = || match real::READV.get() {
+    read_vec(t, fd, iov, cnt, -1, 0, || match real::READV.get() {
         Some(f) => unsafe { f(fd, iov, cnt) },
-        None => enosys(),
-    };
-    let ret = if t.dontcache {
-        read_uncached(fd, iov, cnt, -1, 0, plain)
-    } else {
-        plain()
-    };
-    finish(fd, t, iov_len(iov, cnt), ret)
+        None => raw(
+            libc::SYS_readv,
+            [fd as usize, iov as usize, cnt as usize, 0, 0],
+        ),
+    })
 }
 
 macro_rules! preadv_hook {
@@ -173,17 +207,18 @@ macro_rules! preadv_hook {
             cnt: c_int,
             off: off_t,
         ) -> ssize_t {
-            let t = engine::before_read(fd, u64::try_from(off).ok());
-            let plain = || match real::$real.get() {
-                Some(f) => unsafe { f(fd, iov, cnt, off) },
-                None => enosys(),
-            };
-            let ret = if t.dontcache && off >= 0 {
-                read_uncached(fd, iov, cnt, off, 0, plain)
+            let t = if off >= 0 {
+                engine::before_read(fd, Some(off as u64))
             } else {
-                plain()
+                ReadTicket::default()
             };
-            finish(fd, t, iov_len(iov, cnt), ret)
+            read_vec(t, fd, iov, cnt, off, 0, || match real::$real.get() {
+                Some(f) => unsafe { f(fd, iov, cnt, off) },
+                None => raw(
+                    libc::SYS_preadv,
+                    [fd as usize, iov as usize, cnt as usize, off as usize, 0],
+                ),
+            })
         }
     };
 }
@@ -200,17 +235,21 @@ macro_rules! preadv2_hook {
             off: off_t,
             flags: c_int,
         ) -> ssize_t {
-            let t = engine::before_read(fd, u64::try_from(off).ok());
-            let plain = || match real::$real.get() {
+            // offset -1: at the file position.
+            let at = if off == -1 {
+                None
+            } else {
+                u64::try_from(off).ok()
+            };
+            let t = if off >= -1 {
+                engine::before_read(fd, at)
+            } else {
+                ReadTicket::default()
+            };
+            read_vec(t, fd, iov, cnt, off, flags, || match real::$real.get() {
                 Some(f) => unsafe { f(fd, iov, cnt, off, flags) },
                 None => enosys(),
-            };
-            let ret = if t.dontcache {
-                read_uncached(fd, iov, cnt, off, flags, plain)
-            } else {
-                plain()
-            };
-            finish(fd, t, iov_len(iov, cnt), ret)
+            })
         }
     };
 }
