@@ -90,3 +90,13 @@ evict "$d/f"
 LD_PRELOAD="$LIB" DROPBEHIND_MIN_SIZE=0 DROPBEHIND_BACKEND=off cat "$d/f" >/dev/null
 kib=$(cached_kib "$d/f")
 check "DROPBEHIND_BACKEND=off changes nothing ($kib KiB cached)" [ "$kib" -ge 8000 ]
+
+# make install: the launcher finds the library under ../lib of its own path.
+inst=$(mktemp -d)
+if make -s -C "$ROOT" install PREFIX="$inst" >/dev/null 2>&1; then
+    out=$("$inst/bin/dropbehind" -- sh -c 'echo "$LD_PRELOAD"')
+    check "make install: launcher finds $inst/lib/libdropbehind.so" [ "$out" = "$(readlink -f "$inst/lib/libdropbehind.so")" ]
+else
+    fail "make install PREFIX=$inst failed"
+fi
+rm -rf "$inst"

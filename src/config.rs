@@ -52,6 +52,15 @@ pub enum StatsSink {
     File(String),
 }
 
+/// Directory inode prefetch settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirConfig {
+    pub enabled: bool,
+    /// Directories with fewer entries than this (estimated from their size) are left alone.
+    pub min_entries: u64,
+    pub threads: usize,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub window: u64,
@@ -61,6 +70,7 @@ pub struct Config {
     pub log_fd: i32,
     pub stats: StatsSink,
     pub exclude: Vec<String>,
+    pub dir: DirConfig,
 }
 
 /// Bounds of the drop-behind window. The upper bound keeps a stream's residency proof (see
@@ -73,6 +83,10 @@ pub const WINDOW_MAX: u64 = 64 * MIB;
 /// and 128), which no window size changes.
 pub const DEFAULT_WINDOW: u64 = 2 * MIB;
 pub const DEFAULT_MIN_SIZE: u64 = MIB;
+/// Directory prefetch: below this many entries a cold `ls -l` is quick anyway.
+pub const DEFAULT_DIR_MIN: u64 = 4096;
+/// About a disk's queue depth: 4 threads gave 50-70% of the gain, 32-64 nothing more.
+pub const DEFAULT_DIR_THREADS: usize = 16;
 
 impl Default for Config {
     fn default() -> Self {
@@ -84,6 +98,11 @@ impl Default for Config {
             log_fd: 2,
             stats: StatsSink::Off,
             exclude: Vec::new(),
+            dir: DirConfig {
+                enabled: true,
+                min_entries: DEFAULT_DIR_MIN,
+                threads: DEFAULT_DIR_THREADS,
+            },
         }
     }
 }
@@ -125,6 +144,21 @@ pub const VARIABLES: &[Variable] = &[
         name: "DROPBEHIND_STATS",
         accepts: "0 or 1, stderr, or an absolute file path for the exit report",
         default: "0",
+    },
+    Variable {
+        name: "DROPBEHIND_DIR",
+        accepts: "on or off (directory inode prefetch)",
+        default: "on",
+    },
+    Variable {
+        name: "DROPBEHIND_DIR_MIN",
+        accepts: "a number of entries from 0 to 100000000",
+        default: "4096",
+    },
+    Variable {
+        name: "DROPBEHIND_DIR_THREADS",
+        accepts: "a number of threads from 1 to 64",
+        default: "16",
     },
     Variable {
         name: "DROPBEHIND_EXCLUDE",
@@ -273,6 +307,40 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<BadV
     take("DROPBEHIND_STATS", &mut |v| {
         parse_stats(v).map(|s| cfg.stats = s).is_some()
     });
+    take(
+        "DROPBEHIND_DIR",
+        &mut |v| match v.trim().to_ascii_lowercase().as_str() {
+            "on" | "1" | "yes" => {
+                cfg.dir.enabled = true;
+                true
+            }
+            "off" | "0" | "no" => {
+                cfg.dir.enabled = false;
+                true
+            }
+            _ => false,
+        },
+    );
+    take(
+        "DROPBEHIND_DIR_MIN",
+        &mut |v| match v.trim().parse::<u64>() {
+            Ok(n) if n <= 100_000_000 => {
+                cfg.dir.min_entries = n;
+                true
+            }
+            _ => false,
+        },
+    );
+    take(
+        "DROPBEHIND_DIR_THREADS",
+        &mut |v| match v.trim().parse::<usize>() {
+            Ok(n) if (1..=64).contains(&n) => {
+                cfg.dir.threads = n;
+                true
+            }
+            _ => false,
+        },
+    );
     take("DROPBEHIND_EXCLUDE", &mut |v| {
         parse_exclude(v).map(|e| cfg.exclude = e).is_some()
     });

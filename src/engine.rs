@@ -334,6 +334,12 @@ pub fn closing_range(lo: u32, hi: u32) {
 }
 
 fn finish_streams(eng: &Engine, fd: i32, f: &mut FileState) {
+    crate::info!(
+        "fd {fd}: closing; read {:?} up to {} MiB, wrote up to {} MiB",
+        f.read.pattern,
+        f.read.next >> 20,
+        f.write.next >> 20
+    );
     let proof = f.read.proof;
     if let Some(r) = f.read.finish() {
         drop_owned(fd, f, &proof, r);
@@ -907,11 +913,37 @@ pub fn stdio_closing(fd: i32) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Directories
+
+/// After the program opened a directory stream on `fd`.
+pub fn directory_opened(fd: i32) {
+    let Some(cfg) = config() else { return };
+    if !cfg.dir.enabled || DISABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(_g) = ShimGuard::enter() else { return };
+    let _e = ErrnoGuard::new();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if crate::dirprefetch::opened(fd, &cfg.dir) {
+            register_report();
+        }
+    }));
+}
+
+/// Before the program closes the directory stream on `fd`.
+pub fn directory_closing(fd: i32) {
+    let Some(_g) = ShimGuard::enter() else { return };
+    let _e = ErrnoGuard::new();
+    let _ = catch_unwind(AssertUnwindSafe(|| crate::dirprefetch::closing(fd)));
+}
+
+// ---------------------------------------------------------------------------------------
 // Process lifecycle
 
 /// In the child after fork: no other thread survived, so no claim is really held.
 pub fn after_fork_child() {
     fdtable::release_all_claims();
+    crate::dirprefetch::reset_counters();
     // The child inherits the parent's atexit registration along with its counters.
     stats::reset_all();
 }

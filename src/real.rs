@@ -154,5 +154,8 @@ reals! {
     FPUTS = c"fputs": fn(*const c_char, *mut FILE) -> c_int;
     FPUTS_UNLOCKED = c"fputs_unlocked": fn(*const c_char, *mut FILE) -> c_int;
     FFLUSH = c"fflush": fn(*mut FILE) -> c_int;
+    OPENDIR = c"opendir": fn(*const c_char) -> *mut libc::DIR;
+    FDOPENDIR = c"fdopendir": fn(c_int) -> *mut libc::DIR;
+    CLOSEDIR = c"closedir": fn(*mut libc::DIR) -> c_int;
     PRCTL = c"prctl": fn(c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> c_int;
 }

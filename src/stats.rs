@@ -59,7 +59,13 @@ pub fn reset_all() {
 
 /// The report, or `None` when this process did nothing worth reporting.
 pub fn report(pid: i32, comm: &str) -> Option<String> {
-    if FILES_TRACKED.get() == 0 {
+    use std::sync::atomic::Ordering::Relaxed as R;
+    let (dirs, warm, inodes) = (
+        crate::dirprefetch::DIRS_PREFETCHED.load(R),
+        crate::dirprefetch::DIRS_WARM.load(R),
+        crate::dirprefetch::INODES_WARMED.load(R),
+    );
+    if FILES_TRACKED.get() == 0 && dirs + warm == 0 {
         return None;
     }
     let sz = |c: &Counter| format_size(c.get());
@@ -73,7 +79,8 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
          \x20 written, windowed      {}  ({} writeback windows, {} settle timeouts)\n\
          \x20 pages released         {}  ({}, in {} drop calls)\n\
          \x20 residency snapshots    {}\n\
-         \x20 copy calls clamped     {}\n",
+         \x20 copy calls clamped     {}\n\
+         \x20 directories prefetched {}  ({} inodes; {} big directories found warm)\n",
         FILES_TRACKED.get(),
         FILES_EXCLUDED.get(),
         READ_STREAMS.get(),
@@ -88,6 +95,9 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
         DROP_CALLS.get(),
         SNAPSHOTS.get(),
         COPY_CLAMPS.get(),
+        dirs,
+        inodes,
+        warm,
     ))
 }
 

@@ -12,6 +12,7 @@ compile_error!(
 );
 
 mod copy;
+mod dir;
 mod fd;
 mod process;
 mod read;

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# A slow disk for tests and benchmarks: nbdkit's memory plugin behind its delay filter,
+# exposed as a file by nbdfuse, attached to a loop device with direct I/O, formatted and
+# mounted. Every request to the "disk" then costs DELAY ms, like a seek on a hard disk.
+#
+#   scripts/slowdisk.sh up DIR [--fs ext4|xfs|btrfs] [--delay-ms 2] [--size 4G] [--ra-kb 128]
+#   scripts/slowdisk.sh down DIR
+#   scripts/slowdisk.sh check      (exit 0 if this machine can build one; says why not)
+#
+# `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
+# loop devices. The loop device's read_ahead_kb is pinned (default 128, the usual disk
+# default): fresh loop devices here came up with 128 once and 2560 another time.
+set -euo pipefail
+
+die() { echo "slowdisk: $*" >&2; exit 2; }
+
+check() {
+    [ "$(id -u)" = 0 ] || die "needs root"
+    for t in nbdkit nbdfuse losetup mount; do command -v $t >/dev/null || die "needs $t (apt-get install nbdkit libnbd-bin)"; done
+    [ -e /dev/fuse ] || die "needs /dev/fuse"
+    losetup -f >/dev/null 2>&1 || die "no free loop device"
+}
+
+up() {
+    local dir=$1; shift
+    local fs=ext4 delay=2 size=4G ra=128
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --fs) fs=$2; shift 2 ;;
+            --delay-ms) delay=$2; shift 2 ;;
+            --size) size=$2; shift 2 ;;
+            --ra-kb) ra=$2; shift 2 ;;
+            *) die "unknown option $1" ;;
+        esac
+    done
+    command -v "mkfs.$fs" >/dev/null || die "needs mkfs.$fs"
+    check
+    mkdir -p "$dir/fuse" "$dir/mnt"
+    rm -f "$dir/nbd.sock"  # a stale socket makes nbdkit refuse to start
+    # Both daemons get their own output files: an inherited stdout would keep a caller's
+    # $(slowdisk.sh up ...) waiting for ever.
+    nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
+        --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
+        </dev/null >"$dir/nbdkit.log" 2>&1
+    for _ in $(seq 50); do [ -S "$dir/nbd.sock" ] && break; sleep 0.1; done
+    nbdfuse -C 16 "$dir/fuse/disk" --unix "$dir/nbd.sock" </dev/null >"$dir/nbdfuse.log" 2>&1 &
+    echo $! >"$dir/nbdfuse.pid"
+    for _ in $(seq 100); do [ -e "$dir/fuse/disk" ] && break; sleep 0.1; done
+    [ -e "$dir/fuse/disk" ] || die "nbdfuse did not come up"
+    local loop
+    loop=$(losetup --direct-io=on -f --show "$dir/fuse/disk")
+    echo "$loop" >"$dir/loop"
+    echo "$ra" >"/sys/block/$(basename "$loop")/queue/read_ahead_kb"
+    case $fs in
+        ext4) mkfs.ext4 -q -F -i 4096 "$loop" ;;  # room for a million small files
+        xfs) mkfs.xfs -q -f "$loop" ;;
+        btrfs) mkfs.btrfs -q -f "$loop" >/dev/null ;;
+    esac
+    mount "$loop" "$dir/mnt"
+    mountpoint -q "$dir/mnt" || die "mount failed"
+    echo "$ra" >"/sys/block/$(basename "$loop")/queue/read_ahead_kb"
+    echo "$dir/mnt"
+}
+
+down() {
+    local dir=$1
+    mountpoint -q "$dir/mnt" 2>/dev/null && umount "$dir/mnt"
+    [ -f "$dir/loop" ] && losetup -d "$(cat "$dir/loop")" 2>/dev/null || true
+    fusermount3 -u "$dir/fuse" 2>/dev/null || umount "$dir/fuse" 2>/dev/null || true
+    [ -f "$dir/nbdfuse.pid" ] && kill "$(cat "$dir/nbdfuse.pid")" 2>/dev/null || true
+    [ -f "$dir/nbdkit.pid" ] && kill "$(cat "$dir/nbdkit.pid")" 2>/dev/null || true
+    rm -f "$dir/loop" "$dir/nbd.sock" "$dir/nbdkit.pid" "$dir/nbdfuse.pid"
+}
+
+case ${1:-} in
+    up) shift; [ $# -ge 1 ] || die "usage: slowdisk.sh up DIR [options]"; up "$@" ;;
+    down) shift; [ $# -ge 1 ] || die "usage: slowdisk.sh down DIR"; down "$1" ;;
+    check) check ;;
+    *) die "usage: slowdisk.sh up DIR [--fs F] [--delay-ms N] [--size S] [--ra-kb N] | down DIR | check" ;;
+esac
