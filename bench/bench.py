@@ -192,13 +192,15 @@ class Bench:
     def table(self, title, cases, conts, metrics, baseline="no shim", ratio_of=None, note=""):
         """metrics: [(key, label, fmt)]. Median and min-max per cell; ratio of `ratio_of`
         against the baseline contender of the same case."""
-        head = ["case", "contender"] + [m[1] for m in metrics] + ([f"{ratio_of} vs {baseline}"] if ratio_of else [])
+        ratios = [ratio_of] if isinstance(ratio_of, str) else list(ratio_of or [])
+        labels = {m[0]: m[1] for m in metrics}
+        head = ["case", "contender"] + [m[1] for m in metrics] + [f"{labels.get(r, r)} vs {baseline}" for r in ratios]
         lines = [f"### {title}", ""]
         if note:
             lines += [note, ""]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for case in cases:
-            base = [s[ratio_of] for s in self.rows(case, baseline)] if ratio_of else []
+            base = {r: [s[r] for s in self.rows(case, baseline)] for r in ratios}
             for c in conts:
                 rows = self.rows(case, c.name)
                 if c.missing:
@@ -212,9 +214,9 @@ class Bench:
                 for key, _, fmt in metrics:
                     vals = [r[key] for r in rows if r.get(key) is not None]
                     cells.append(cell(vals, fmt))
-                if ratio_of:
-                    vals = [r[ratio_of] for r in rows]
-                    cells.append(f"{statistics.median(vals) / statistics.median(base):.2f}" if base and vals else "-")
+                for r in ratios:
+                    vals = [row[r] for row in rows]
+                    cells.append(f"{statistics.median(vals) / statistics.median(base[r]):.2f}" if base[r] and vals else "-")
                 lines.append("| " + " | ".join(cells) + " |")
         self.sections.append("\n".join(lines) + "\n")
 

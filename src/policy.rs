@@ -431,6 +431,9 @@ impl ReadStream {
     }
 }
 
+/// Windows of a write stream under writeback at once (see `WriteStream::wrote`).
+pub const WRITEBACK_WINDOWS: u64 = 2;
+
 /// What to do after a write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteActions {
@@ -498,9 +501,14 @@ impl WriteStream {
         let boundary = align_down(self.next, p.window);
         if boundary >= self.written_back_to.saturating_add(p.window) {
             act.start_writeback = Some(Range::new(self.written_back_to, boundary));
-            if self.written_back_to > self.dropped_to {
-                act.settle = Some(Range::new(self.dropped_to, self.written_back_to));
-                self.dropped_to = self.written_back_to;
+            // Keep WRITEBACK_WINDOWS windows under writeback before waiting on the oldest:
+            // the disk stays busy while the program writes the next one.
+            let settle_to = self
+                .written_back_to
+                .saturating_sub((WRITEBACK_WINDOWS - 1) * p.window);
+            if settle_to > self.dropped_to {
+                act.settle = Some(Range::new(self.dropped_to, settle_to));
+                self.dropped_to = settle_to;
             }
             self.written_back_to = boundary;
         }
