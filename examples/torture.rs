@@ -77,6 +77,18 @@ fn worker(path: std::path::PathBuf, id: usize, out: std::path::PathBuf) -> Resul
             libc::close(target);
             libc::close(dup);
         }
+        // The same file through a mapping, while other threads read and close it.
+        let map = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, libc::PROT_READ, libc::MAP_SHARED, fd, 0) };
+        if map == libc::MAP_FAILED {
+            return Err("mmap failed".into());
+        }
+        let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, SIZE) };
+        let at = (round * 7_340_033 + id * 4096) % (SIZE - 65536);
+        let ok = check(&mapped[at..at + 65536], at);
+        unsafe { libc::munmap(map, SIZE) };
+        if !ok {
+            return Err(format!("mapped bytes at {at}"));
+        }
         // A writer streaming its own file, then reading it back.
         let mine = out.join(format!("w{id}"));
         let mut w = std::fs::File::create(&mine).map_err(|e| e.to_string())?;

@@ -3,7 +3,10 @@
 # closed, read-only and uncached-I/O-less filesystems, and memcheck on the hook path.
 . "$(dirname "$0")/lib.sh"
 d=$(scratch)
-cleanup() { mountpoint -q "$d/ro" 2>/dev/null && umount "$d/ro"; rm -rf "$d"; }
+cleanup() {
+    for m in "$d/ro" "$d/bt"; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
+    rm -rf "$d"
+}
 trap cleanup EXIT
 make_file "$d/f" 32
 want=$(sha256sum <"$d/f")
@@ -42,6 +45,25 @@ if [ -w /dev/shm ]; then
         check "tmpfs, backend $b: read and copy unchanged" [ "$out" = "$want" ] && cmp -s "$t/f" "$t/c"
     done
     rm -rf "$t"
+fi
+
+# btrfs: no RWF_DONTCACHE there either.
+if is_root && command -v mkfs.btrfs >/dev/null; then
+    mkdir -p "$d/bt"
+    truncate -s 256M "$d/btimg" && mkfs.btrfs -q -f "$d/btimg" >/dev/null 2>&1
+    if mount -o loop "$d/btimg" "$d/bt" 2>/dev/null; then
+        cp "$d/f" "$d/bt/f"
+        for b in auto dontcache fadvise; do
+            out=$(env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$b sha256sum <"$d/bt/f")
+            env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$b cp "$d/bt/f" "$d/bt/c"
+            check "btrfs, backend $b: read and copy unchanged" [ "$out" = "$want" ] && cmp -s "$d/bt/f" "$d/bt/c"
+        done
+        umount "$d/bt"
+    else
+        skip "btrfs: loop mount failed"
+    fi
+else
+    skip "btrfs: needs root and mkfs.btrfs"
 fi
 
 # A read-only filesystem.
