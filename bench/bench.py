@@ -186,6 +186,27 @@ class Bench:
                         self.record(case, c.name, rep, **m)
         print("\r\033[K", end="", file=sys.stderr)
 
+    def pyplot(self):
+        """matplotlib's pyplot for a new figure, or None when matplotlib is missing."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return None
+        return plt
+
+    def save_plot(self, fig, ax, name, title, xlabel, ylabel):
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(self.outdir / name, dpi=100)
+        self.plots.append(name)
+
     def rows(self, case, contender):
         return [s for s in self.samples if s["scenario"] == self.scenario and s["case"] == case and s["contender"] == contender]
 

@@ -78,7 +78,16 @@ fn worker(path: std::path::PathBuf, id: usize, out: std::path::PathBuf) -> Resul
             libc::close(dup);
         }
         // The same file through a mapping, while other threads read and close it.
-        let map = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, libc::PROT_READ, libc::MAP_SHARED, fd, 0) };
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SIZE,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
         if map == libc::MAP_FAILED {
             return Err("mmap failed".into());
         }

@@ -54,6 +54,7 @@ n=0
 for corpus in "$ROOT"/shim-tests/corpus/*.txt; do
     while IFS= read -r line; do
         case $line in ''|'#'*) continue ;; esac
+        case $line in *' | '*) ;; *) fail "corpus line without ' | ' (a scenario is one line): $line"; continue ;; esac
         name=${line%%|*}; name=$(echo "$name" | sed 's/ *$//')
         cmd=${line#*|}
         [ -n "$filter" ] && [ "${name#*"$filter"}" = "$name" ] && continue

@@ -35,15 +35,20 @@ ctypes.CDLL(sys.argv[1])   # loaded late, by dlopen: its constructor runs mid-pr
 f=open(sys.argv[2],"rb"); print(hashlib.sha256(f.read()).hexdigest() + "  -")' "$LIB" "$d/f")
 check "library loaded by dlopen: reads unchanged" [ "$out" = "$want" ]
 
+read_and_copy_each_backend() { # LABEL DIR (holding a copy of f): every backend changes nothing
+    local label=$1 dir=$2 b out
+    for b in auto dontcache fadvise; do
+        out=$(env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$b sha256sum <"$dir/f")
+        env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$b cp "$dir/f" "$dir/c"
+        check "$label, backend $b: read and copy unchanged" [ "$out" = "$want" ] && cmp -s "$dir/f" "$dir/c"
+    done
+}
+
 # tmpfs takes no RWF_DONTCACHE: every backend falls back and changes nothing visible.
 if [ -w /dev/shm ]; then
     t=$(mktemp -d /dev/shm/dbhostile.XXXXXX)
     cp "$d/f" "$t/f"
-    for b in auto dontcache fadvise; do
-        out=$(env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$b sha256sum <"$t/f")
-        env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$b cp "$t/f" "$t/c"
-        check "tmpfs, backend $b: read and copy unchanged" [ "$out" = "$want" ] && cmp -s "$t/f" "$t/c"
-    done
+    read_and_copy_each_backend tmpfs "$t"
     rm -rf "$t"
 fi
 
@@ -53,11 +58,7 @@ if is_root && command -v mkfs.btrfs >/dev/null; then
     truncate -s 256M "$d/btimg" && mkfs.btrfs -q -f "$d/btimg" >/dev/null 2>&1
     if mount -o loop "$d/btimg" "$d/bt" 2>/dev/null; then
         cp "$d/f" "$d/bt/f"
-        for b in auto dontcache fadvise; do
-            out=$(env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$b sha256sum <"$d/bt/f")
-            env LD_PRELOAD="$LIB" DROPBEHIND_BACKEND=$b cp "$d/bt/f" "$d/bt/c"
-            check "btrfs, backend $b: read and copy unchanged" [ "$out" = "$want" ] && cmp -s "$d/bt/f" "$d/bt/c"
-        done
+        read_and_copy_each_backend btrfs "$d/bt"
         umount "$d/bt"
     else
         skip "btrfs: loop mount failed"

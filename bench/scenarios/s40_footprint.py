@@ -37,23 +37,13 @@ def run(b):
     b.table(f"Copy of a {mib} MiB file, sampled every 50 ms", [f"cp of {mib} MiB"], conts,
             [("peak_mib", "peak cgroup MiB", "{:.0f}"), ("seconds", "seconds", "{:.2f}")], ratio_of="seconds",
             note="The dd and RWF_DONTCACHE rows copy with their own program, not cp.")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, pts in series.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name)
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("memory cgroup usage, MiB")
-    ax.set_yscale("symlog", linthresh=64)
-    ax.set_title(f"Copying {mib} MiB: page cache charged to the copier")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(b.outdir / "footprint.png", dpi=100)
-    b.plots.append("footprint.png")
+    plt = b.pyplot()
+    if plt:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for name, pts in series.items():
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name)
+        ax.set_yscale("symlog", linthresh=64)
+        b.save_plot(fig, ax, "footprint.png", f"Copying {mib} MiB: page cache charged to the copier",
+                    "seconds", "memory cgroup usage, MiB")
     if dst.exists():
         dst.unlink()

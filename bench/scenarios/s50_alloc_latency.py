@@ -50,23 +50,12 @@ def run(b):
          ("pgscan_direct", "pgscan_direct (global)", "{:.0f}")],
         note="The writers run under each contender; the burst program always runs plain.",
     )
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, hist in hists.items():
-        xs = [h[0] for h in hist]
-        ax.step(xs, [h[1] for h in hist], where="post", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("first-touch latency, us (log2 buckets, upper bound)")
-    ax.set_ylabel("pages")
-    ax.set_title(f"{burst} MiB burst next to three streaming writers")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(b.outdir / "alloc_latency.png", dpi=100)
-    b.plots.append("alloc_latency.png")
+    plt = b.pyplot()
+    if plt:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for name, hist in hists.items():
+            ax.step([h[0] for h in hist], [h[1] for h in hist], where="post", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        b.save_plot(fig, ax, "alloc_latency.png", f"{burst} MiB burst next to three streaming writers",
+                    "first-touch latency, us (log2 buckets, upper bound)", "pages")

@@ -86,23 +86,12 @@ def run(b):
     b.table(f"{n}-entry aged directories (inodes scattered over 10-21x the entry count)", cases, conts,
             [("seconds", "seconds", "{:.2f}")], ratio_of="seconds",
             note="Slow disk: nbdkit memory + delay filter (2 ms per request), nbdfuse -C 16, loop device with direct I/O, read_ahead_kb 128.")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    if threads_curve:
+    plt = b.pyplot()
+    if plt and threads_curve:
         fig, ax = plt.subplots(figsize=(7, 4))
         ts = [t for t in sorted(threads_curve) if t > 0]
         ax.plot(ts, [threads_curve[t] for t in ts], marker="o", label="dropbehind")
         ax.axhline(threads_curve[0], color="gray", linestyle="--", label="no shim")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("DROPBEHIND_DIR_THREADS")
-        ax.set_ylabel("cold ls -l, seconds")
-        ax.set_title(f"xfs, {n} aged entries, 2 ms per request")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(b.outdir / "dir_threads.png", dpi=100)
-        b.plots.append("dir_threads.png")
+        b.save_plot(fig, ax, "dir_threads.png", f"xfs, {n} aged entries, 2 ms per request",
+                    "DROPBEHIND_DIR_THREADS", "cold ls -l, seconds")
