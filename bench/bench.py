@@ -266,7 +266,7 @@ def load_scenarios(only):
 
 def machine():
     mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 // 1024
-    fs = sh(["stat", "-f", "-c", "%T", str(ROOT / "target")], capture_output=True, text=True).stdout.strip()
+    fs = sh(["findmnt", "-n", "-o", "FSTYPE", "--target", str(ROOT / "target")], capture_output=True, text=True).stdout.strip()
     dev = sh("findmnt -n -o SOURCE --target " + str(ROOT / "target"), capture_output=True, text=True).stdout.strip()
     ra = ""
     name = os.path.basename(dev)
