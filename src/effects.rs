@@ -4,7 +4,7 @@
 //! back into the shim. Every function here leaves errno as it found it.
 
 use crate::policy::{PROOF_BLOCK, PROOF_CHUNK, Range};
-use crate::residency::{self, cachestat, errno, set_errno};
+use crate::residency::{cachestat, errno, set_errno};
 use libc::{c_int, c_long};
 
 /// Saves errno on creation and puts it back when dropped.
@@ -235,5 +235,3 @@ pub fn peek_i64(p: *const i64) -> Option<i64> {
     };
     (n == 8).then_some(v)
 }
-
-pub use residency::CacheStat;

@@ -31,8 +31,7 @@ pub struct FileState {
     pub write: WriteStream,
     /// Bytes passed through stdio since the kernel position was last sampled.
     pub stdio_pending: u64,
-    /// Bytes this fd read or wrote, and whether it was reported as a stream.
-    pub bytes: u64,
+    /// Whether this fd was counted as a stream in the report.
     pub counted_stream: bool,
 }
 
@@ -74,7 +73,6 @@ impl Slot {
                 read: ReadStream::new(),
                 write: WriteStream::new(),
                 stdio_pending: 0,
-                bytes: 0,
                 counted_stream: false,
             }),
             fast_read: AtomicU8::new(FAST_NONE),
