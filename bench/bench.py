@@ -186,6 +186,13 @@ class Bench:
                         self.record(case, c.name, rep, **m)
         print("\r\033[K", end="", file=sys.stderr)
 
+    def source_file(self, mib, name="copy-src"):
+        """A `mib` MiB file alone in its own directory (tar archives the directory), made
+        once and reused across runs: (directory, file)."""
+        d = self.work / f"{name}-{mib}"
+        d.mkdir(exist_ok=True)
+        return d, make_file(d / "F", mib)
+
     def pyplot(self):
         """matplotlib's pyplot for a new figure, or None when matplotlib is missing."""
         try:

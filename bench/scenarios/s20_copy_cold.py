@@ -2,7 +2,7 @@
 import os
 import time
 from pathlib import Path
-from bench import EXAMPLES, Cgroup, cached_mib, contenders, drop_caches, make_file, Contender, sh
+from bench import EXAMPLES, Cgroup, cached_mib, contenders, drop_caches, Contender, sh
 
 TITLE = "Cold copy of a big file"
 ORDER = 20
@@ -10,9 +10,7 @@ ORDER = 20
 
 def run(b):
     mib = b.size(2048, 512)
-    src_dir = b.work / f"copy-src-{mib}"
-    src_dir.mkdir(exist_ok=True)
-    f = make_file(src_dir / "F", mib)
+    src_dir, f = b.source_file(mib)
     dst = b.work / "copy-dst"
     cases = {
         "cp": ["cp", str(f), str(dst)],

@@ -1,7 +1,7 @@
 """Footprint over time: memory-cgroup usage every 50 ms during a big copy, one line per
 contender, drawn as one plot."""
 import json
-from bench import EXAMPLES, MIB, Cgroup, contenders, drop_caches, make_file, Contender
+from bench import EXAMPLES, MIB, Cgroup, contenders, drop_caches, Contender
 
 TITLE = "Memory-cgroup usage over time during a big copy"
 ORDER = 40
@@ -9,9 +9,7 @@ ORDER = 40
 
 def run(b):
     mib = b.size(2048, 1024)
-    src_dir = b.work / f"copy-src-{mib}"
-    src_dir.mkdir(exist_ok=True)
-    f = make_file(src_dir / "F", mib)
+    src_dir, f = b.source_file(mib)
     dst = b.work / "fp-dst"
     cp = ["cp", str(f), str(dst)]
     conts = contenders("no shim", "dropbehind", "nocache") + [
