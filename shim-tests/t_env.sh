@@ -87,6 +87,10 @@ LD_PRELOAD="$LIB" DROPBEHIND_EXCLUDE="$d/*" cat "$d/f" >/dev/null
 kib=$(cached_kib "$d/f")
 check "DROPBEHIND_EXCLUDE leaves the file alone ($kib KiB cached)" [ "$kib" -ge 8000 ]
 evict "$d/f"
+LD_PRELOAD="$LIB" DROPBEHIND_EXCLUDE="/nonexistent:$d" cat "$d/f" >/dev/null
+kib=$(cached_kib "$d/f")
+check "DROPBEHIND_EXCLUDE with a directory prefix leaves the file alone ($kib KiB cached)" [ "$kib" -ge 8000 ]
+evict "$d/f"
 LD_PRELOAD="$LIB" DROPBEHIND_MIN_SIZE=0 DROPBEHIND_BACKEND=off cat "$d/f" >/dev/null
 kib=$(cached_kib "$d/f")
 check "DROPBEHIND_BACKEND=off changes nothing ($kib KiB cached)" [ "$kib" -ge 8000 ]

@@ -548,16 +548,33 @@ fn read_event(
     }
 }
 
+/// Which fds an event concerns: only files already tracked, or also fds not examined yet
+/// (examined on the spot).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Tracked,
+    Unexamined,
+}
+
+/// The common preamble of the events below: when the shim manages `fd`, runs `f` on its
+/// claimed state inside the shim (errno kept, panics contained).
+fn with_file(fd: i32, scope: Scope, f: impl FnOnce(&'static Engine, &mut Claimed)) {
+    let concerned = fdtable::slot(fd).is_some_and(|s| match scope {
+        Scope::Tracked => s.state() == TRACKED,
+        Scope::Unexamined => s.state() != IGNORED,
+    });
+    if concerned {
+        contained(|eng| {
+            if let Some(mut c) = claim_tracked(eng, fd) {
+                f(eng, &mut c);
+            }
+        })
+    }
+}
+
 /// After a seek on `fd` left the position at `pos`.
 pub fn seeked(fd: i32, pos: u64) {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() == TRACKED => {}
-        _ => return,
-    }
-    contained(|eng| {
-        let Some(mut c) = claim_tracked(eng, fd) else {
-            return;
-        };
+    with_file(fd, Scope::Tracked, |eng, c| {
         let f = c.file();
         if let Some(r) = f.read.seeked(pos) {
             drop_owned(fd, f, &f.read.proof, r);
@@ -566,7 +583,7 @@ pub fn seeked(fd: i32, pos: u64) {
         if f.write.started && pos != f.write.next {
             finish_write(eng, fd, f);
         }
-        publish(eng, fd, &mut c);
+        publish(eng, fd, c);
     })
 }
 
@@ -722,16 +739,10 @@ fn perform_write_actions(fd: i32, f: &mut FileState, act: crate::policy::WriteAc
 
 /// ftruncate: the stream ends here.
 pub fn truncating(fd: i32) {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() == TRACKED => {}
-        _ => return,
-    }
-    contained(|eng| {
-        if let Some(mut c) = claim_tracked(eng, fd) {
-            let f = c.file();
-            finish_write(eng, fd, f);
-            f.read.finish();
-        }
+    with_file(fd, Scope::Tracked, |eng, c| {
+        let f = c.file();
+        finish_write(eng, fd, f);
+        f.read.finish();
     })
 }
 
@@ -776,14 +787,7 @@ const STDIO_SAMPLE: u64 = 256 * 1024;
 
 /// Before a stdio read: a new stream takes its snapshot here, before glibc's first refill.
 pub fn stdio_before_read(fd: i32) {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() != IGNORED => {}
-        _ => return,
-    }
-    contained(|eng| {
-        let Some(mut c) = claim_tracked(eng, fd) else {
-            return;
-        };
+    with_file(fd, Scope::Unexamined, |eng, c| {
         let f = c.file();
         if !f.readable
             || f.size_at_open < eng.cfg.min_size.max(1)
@@ -802,14 +806,7 @@ pub fn stdio_before_read(fd: i32) {
 
 /// After a stdio read call handed `n` bytes to the program (`eof`: it hit end of file).
 pub fn stdio_after_read(fd: i32, n: u64, eof: bool) {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() == TRACKED => {}
-        _ => return,
-    }
-    contained(|eng| {
-        let Some(mut c) = claim_tracked(eng, fd) else {
-            return;
-        };
+    with_file(fd, Scope::Tracked, |eng, c| {
         let f = c.file();
         if !f.readable || f.size_at_open < eng.cfg.min_size.max(1) {
             return;
@@ -842,14 +839,7 @@ fn stdio_sample_read(eng: &Engine, fd: i32, f: &mut FileState, eof: bool) {
 }
 
 pub fn stdio_before_write(fd: i32) {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() != IGNORED => {}
-        _ => return,
-    }
-    contained(|eng| {
-        let Some(mut c) = claim_tracked(eng, fd) else {
-            return;
-        };
+    with_file(fd, Scope::Unexamined, |eng, c| {
         let f = c.file();
         if f.writable && !f.write.started {
             let off = write_position(fd);
@@ -861,14 +851,7 @@ pub fn stdio_before_write(fd: i32) {
 }
 
 pub fn stdio_after_write(fd: i32, n: u64) {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() == TRACKED => {}
-        _ => return,
-    }
-    contained(|eng| {
-        let Some(mut c) = claim_tracked(eng, fd) else {
-            return;
-        };
+    with_file(fd, Scope::Tracked, |eng, c| {
         let f = c.file();
         if !f.write.started {
             return;
@@ -894,14 +877,7 @@ fn stdio_sample_write(eng: &Engine, fd: i32, f: &mut FileState) {
 
 /// Before fclose: account for what stdio moved since the last sample, then close as usual.
 pub fn stdio_closing(fd: i32) {
-    match fdtable::slot(fd) {
-        Some(slot) if slot.state() == TRACKED => {}
-        _ => return closing(fd),
-    }
-    contained(|eng| {
-        let Some(mut c) = claim_tracked(eng, fd) else {
-            return;
-        };
+    with_file(fd, Scope::Tracked, |eng, c| {
         let f = c.file();
         if f.write.started {
             stdio_sample_write(eng, fd, f);

@@ -4,9 +4,10 @@
 //! asking for more than is left must loop to see the end) so drop-behind runs between calls.
 //! Copies to sockets and pipes keep their length.
 
+use super::raw;
 use crate::engine::{self, ReadTicket, WriteTicket};
 use crate::{effects, real};
-use libc::{c_int, c_long, c_uint, loff_t, off_t, size_t, ssize_t};
+use libc::{c_int, c_uint, loff_t, off_t, size_t, ssize_t};
 
 /// Where a copy reads or writes: the file position, an explicit offset, or unknown (an
 /// offset pointer we could not read: the call is then left entirely alone).
@@ -59,11 +60,6 @@ fn report(
     engine::after_read(fd_in, rt, asked, ret);
     engine::after_write(fd_out, wt, ret);
     ret
-}
-
-fn raw(nr: c_long, a: [usize; 6]) -> ssize_t {
-    // SAFETY: a raw syscall with the caller's own arguments (before the real symbol exists).
-    unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) as ssize_t }
 }
 
 #[unsafe(no_mangle)]

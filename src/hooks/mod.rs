@@ -74,3 +74,9 @@ fn enosys<T: From<i8>>() -> T {
     crate::residency::set_errno(libc::ENOSYS);
     T::from(-1)
 }
+
+/// The raw syscall behind a hook, for when its real symbol is not (yet) resolved.
+fn raw(nr: libc::c_long, a: [usize; 6]) -> libc::ssize_t {
+    // SAFETY: a raw syscall with the caller's own arguments.
+    unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) as libc::ssize_t }
+}

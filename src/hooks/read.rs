@@ -1,11 +1,11 @@
 //! read and its relatives. A sequential stream's reads may become preadv2(RWF_DONTCACHE):
 //! same bytes, same file position, same errors.
 
-use super::enosys;
+use super::{enosys, raw};
 use crate::engine::{self, ReadTicket};
 use crate::residency::{errno, set_errno};
 use crate::{effects, real};
-use libc::{c_int, c_long, c_void, iovec, off_t, size_t, ssize_t};
+use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
 
 /// read/pread check their count against the buffer before clamping it to MAX_RW_COUNT, and
 /// preadv2's iovec import the other way round: only counts up to it behave the same.
@@ -100,17 +100,12 @@ fn read_vec(
     ret
 }
 
-fn raw(nr: c_long, a: [usize; 5]) -> ssize_t {
-    // SAFETY: a raw syscall with the caller's own arguments (before the real symbol exists).
-    unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4]) as ssize_t }
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     let t = engine::before_read(fd, None);
     read_one(t, fd, buf, n, -1, || match real::READ.get() {
         Some(f) => unsafe { f(fd, buf, n) },
-        None => raw(libc::SYS_read, [fd as usize, buf as usize, n, 0, 0]),
+        None => raw(libc::SYS_read, [fd as usize, buf as usize, n, 0, 0, 0]),
     })
 }
 
@@ -151,7 +146,7 @@ macro_rules! pread_hook {
                 Some(f) => unsafe { f(fd, buf, n, off) },
                 None => raw(
                     libc::SYS_pread64,
-                    [fd as usize, buf as usize, n, off as usize, 0],
+                    [fd as usize, buf as usize, n, off as usize, 0, 0],
                 ),
             })
         }
@@ -193,7 +188,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssiz
         Some(f) => unsafe { f(fd, iov, cnt) },
         None => raw(
             libc::SYS_readv,
-            [fd as usize, iov as usize, cnt as usize, 0, 0],
+            [fd as usize, iov as usize, cnt as usize, 0, 0, 0],
         ),
     })
 }
@@ -216,7 +211,7 @@ macro_rules! preadv_hook {
                 Some(f) => unsafe { f(fd, iov, cnt, off) },
                 None => raw(
                     libc::SYS_preadv,
-                    [fd as usize, iov as usize, cnt as usize, off as usize, 0],
+                    [fd as usize, iov as usize, cnt as usize, off as usize, 0, 0],
                 ),
             })
         }
