@@ -235,3 +235,67 @@ pub fn peek_i64(p: *const i64) -> Option<i64> {
     };
     (n == 8).then_some(v)
 }
+
+/// Asks the kernel to read `r` ahead, in calls of at most `chunk` bytes: on 6.18 one
+/// WILLNEED call reads only max(io_pages, ra_pages) of the device from its offset.
+/// `keep_going` is asked between calls, so a long prefetch can be abandoned.
+pub fn prefetch(fd: i32, r: Range, chunk: u64, keep_going: impl Fn() -> bool) -> u64 {
+    let mut off = r.start;
+    let mut done = 0;
+    while off < r.end && keep_going() {
+        let end = off.saturating_add(chunk.max(crate::policy::PAGE)).min(r.end);
+        if !fadvise(fd, Range::new(off, end), libc::POSIX_FADV_WILLNEED) {
+            break;
+        }
+        done += end - off;
+        off = end;
+    }
+    done
+}
+
+/// The block device behind `dev`: its readahead and its largest request, in bytes (from
+/// sysfs; a partition's queue is its disk's). `None` for devices without a queue (btrfs's
+/// anonymous devices, network and FUSE filesystems).
+pub fn device_limits(dev: u64) -> Option<(u64, u64)> {
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let read = |name: &str| {
+        for parent in ["", "../"] {
+            let mut path = [0u8; 96];
+            let mut w = &mut path[..];
+            use std::io::Write;
+            if write!(w, "/sys/dev/block/{maj}:{min}/{parent}queue/{name}\0").is_err() {
+                return None;
+            }
+            if let Some(kb) = read_small_number(&path) {
+                return Some(kb * 1024);
+            }
+        }
+        None
+    };
+    Some((read("read_ahead_kb")?, read("max_sectors_kb").unwrap_or(0)))
+}
+
+/// Reads a decimal number from a small file named by the NUL-terminated `path`, without
+/// allocating (raw open, read, close).
+fn read_small_number(path: &[u8]) -> Option<u64> {
+    let _e = ErrnoGuard::new();
+    // SAFETY: `path` is NUL-terminated; `buf` outlives the read.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let mut buf = [0u8; 32];
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        if n <= 0 {
+            return None;
+        }
+        std::str::from_utf8(&buf[..n as usize]).ok()?.trim().parse().ok()
+    }
+}

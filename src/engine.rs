@@ -152,7 +152,7 @@ fn take_fast(c: &mut Claimed) {
 fn publish(eng: &Engine, fd: i32, c: &mut Claimed) {
     let slot = c.slot();
     let f = c.file();
-    match f.read.fast(&eng.params) {
+    match f.read.fast(&read_params(eng, f)) {
         FastRead::None => {}
         FastRead::Random => {
             slot.fast_read_next.store(f.read.next, Ordering::Relaxed);
@@ -196,12 +196,21 @@ fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         stats::FILES_EXCLUDED.add(1);
         return ignore(c);
     }
+    let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
+    let (prefetch_reach, prefetch_chunk) = if readable && eng.cfg.readahead > 0 {
+        let (device_ra, chunk) = crate::prefetch::device(id.dev);
+        (crate::prefetch::reach_for(eng.cfg.readahead, device_ra), chunk)
+    } else {
+        (0, 0)
+    };
     *c.file() = FileState {
         dev: id.dev,
         ino: id.ino,
         size_at_open: id.size,
-        readable: acc == libc::O_RDONLY || acc == libc::O_RDWR,
+        readable,
         writable,
+        prefetch_reach,
+        prefetch_chunk,
         ..FileState::default()
     };
     c.set_state(TRACKED);
@@ -525,7 +534,7 @@ fn read_event(
     dontcache: bool,
 ) {
     let was_seq = f.read.pattern == Pattern::Sequential;
-    let act = f.read.consumed(off, got, asked, &eng.params);
+    let act = f.read.consumed(off, got, asked, &read_params(eng, f));
     if f.read.pattern == Pattern::Sequential {
         if !was_seq && !f.counted_stream {
             f.counted_stream = true;
@@ -546,6 +555,23 @@ fn read_event(
     if let Some(r) = act.snapshot {
         snapshot(fd, &mut f.read.proof, r);
     }
+    if let Some(range) = act.prefetch {
+        crate::prefetch::request(crate::prefetch::Request {
+            fd,
+            dev: f.dev,
+            ino: f.ino,
+            range,
+            chunk: f.prefetch_chunk,
+        });
+    }
+}
+
+/// The policy's parameters for reads of `f`: prefetch only where the stream's pages can be
+/// proven its own (so they are dropped behind once read) and dropped with fadvise.
+fn read_params(eng: &Engine, f: &FileState) -> Params {
+    let provable = !f.unprovable && eng.cfg.backend != Backend::DontCache;
+    eng.params
+        .with_prefetch(if provable { f.prefetch_reach } else { 0 })
 }
 
 /// Which fds an event concerns: only files already tracked, or also fds not examined yet
@@ -920,6 +946,7 @@ pub fn directory_closing(fd: i32) {
 pub fn after_fork_child() {
     fdtable::release_all_claims();
     crate::dirprefetch::reset_counters();
+    crate::prefetch::after_fork_child();
     // The child inherits the parent's atexit registration along with its counters.
     stats::reset_all();
 }

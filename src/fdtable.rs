@@ -33,6 +33,9 @@ pub struct FileState {
     pub stdio_pending: u64,
     /// Whether this fd was counted as a stream in the report.
     pub counted_stream: bool,
+    /// Prefetch reach for sequential reads on this file (0: none) and bytes per call.
+    pub prefetch_reach: u64,
+    pub prefetch_chunk: u64,
 }
 
 pub struct Slot {
@@ -74,6 +77,8 @@ impl Slot {
                 write: WriteStream::new(),
                 stdio_pending: 0,
                 counted_stream: false,
+                prefetch_reach: 0,
+                prefetch_chunk: 0,
             }),
             fast_read: AtomicU8::new(FAST_NONE),
             fast_read_next: AtomicU64::new(0),

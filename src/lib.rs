@@ -16,6 +16,7 @@ pub mod engine;
 pub mod fdtable;
 pub mod log;
 pub mod policy;
+pub mod prefetch;
 pub mod real;
 pub mod residency;
 pub mod stats;

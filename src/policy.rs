@@ -38,8 +38,11 @@ pub const GAP_BACKWARD: u64 = 64 * 1024;
 /// random reads landing next to each other by chance don't start a stream.
 pub const SEQ_READS: u32 = 2;
 pub const SEQ_READS_AFTER_RANDOM: u32 = 4;
+/// A stream's first prefetch reaches this far ahead; every batch doubles the reach, up to
+/// `Params::prefetch`, so a stream earns its readahead as it goes on.
+pub const PREFETCH_START: u64 = MIB;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Range {
     pub start: u64,
     pub end: u64,
@@ -168,6 +171,9 @@ pub enum Pattern {
 pub struct Params {
     /// A multiple of DROP_ALIGN (see `Params::new`).
     pub window: u64,
+    /// How far ahead of a sequential stream to prefetch, at most (0: never). Set per file
+    /// by the engine: 0 where the kernel's own readahead already reaches that far.
+    pub prefetch: u64,
 }
 
 impl Params {
@@ -175,7 +181,12 @@ impl Params {
     pub fn new(window: u64) -> Params {
         Params {
             window: window.max(1).next_multiple_of(DROP_ALIGN),
+            prefetch: 0,
         }
+    }
+
+    pub fn with_prefetch(self, prefetch: u64) -> Params {
+        Params { prefetch, ..self }
     }
 
     /// How far ahead of a stream residency is proven.
@@ -209,6 +220,7 @@ pub struct ReadStream {
     /// the new run starts from this frontier once that is done (see `settle`).
     restart_at: Option<u64>,
     pub proof: Proof,
+    pub prefetch: Prefetch,
 }
 
 /// Whether a read at `off` continues a stream whose last read ended at `next`.
@@ -229,11 +241,29 @@ pub enum FastRead {
     Sequential { until: u64 },
 }
 
-/// Drop `range` (restricted to proven chunks) and `snapshot` ahead.
+/// Drop `range` (restricted to proven chunks), `snapshot` ahead, then `prefetch` (always
+/// inside what is proven by then, so prefetched pages count as the stream's own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadActions {
     pub drop: Option<Range>,
     pub snapshot: Option<Range>,
+    pub prefetch: Option<Range>,
+}
+
+/// How far ahead of a sequential stream prefetch has been asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Prefetch {
+    /// Requested up to here.
+    pub to: u64,
+    /// The current reach ahead of the stream (0: not started).
+    reach: u64,
+}
+
+impl Prefetch {
+    /// The stream position at which the next batch is due: a quarter of the reach consumed.
+    fn due_at(&self) -> u64 {
+        (self.to + self.reach / 4).saturating_sub(self.reach)
+    }
 }
 
 impl ReadStream {
@@ -247,6 +277,7 @@ impl ReadStream {
             unproven: false,
             restart_at: None,
             proof: Proof::new(),
+            prefetch: Prefetch { to: 0, reach: 0 },
         }
     }
 
@@ -266,6 +297,7 @@ impl ReadStream {
     /// Ends the current run at a jump to `pos`: returns what it consumed and not dropped.
     fn jump(&mut self, pos: u64) -> Option<Range> {
         self.settle();
+        self.prefetch = Prefetch::default();
         let pending = (self.pattern == Pattern::Sequential && self.next > self.dropped_to)
             .then(|| Range::new(self.dropped_to, self.next.next_multiple_of(DROP_ALIGN)));
         self.restart_at = Some(align_down(pos, DROP_ALIGN));
@@ -361,7 +393,29 @@ impl ReadStream {
             act.drop = Some(Range::new(self.dropped_to, behind));
         }
         act.snapshot = self.proof.wanted(self.next, p);
+        let proven_to = act.snapshot.map_or(self.proof.hi * PROOF_BLOCK, |r| r.end);
+        act.prefetch = self.prefetch_ahead(p, proven_to);
         act
+    }
+
+    /// The next prefetch batch of a sequential stream, if one is due: from what was already
+    /// asked for up to the current reach ahead, never beyond the proven range.
+    fn prefetch_ahead(&mut self, p: &Params, proven_to: u64) -> Option<Range> {
+        let pf = &mut self.prefetch;
+        if p.prefetch == 0 || self.unproven {
+            return None;
+        }
+        if pf.reach == 0 {
+            pf.reach = PREFETCH_START.min(p.prefetch);
+        }
+        let from = pf.to.max(self.next);
+        let to = self.next.saturating_add(pf.reach).min(proven_to);
+        if to < from.saturating_add(pf.reach / 4) {
+            return None;
+        }
+        pf.to = to;
+        pf.reach = (pf.reach * 2).min(p.prefetch);
+        Some(Range::new(from, to))
     }
 
     /// The engine has dropped (or chosen not to drop) `r`, as handed out.
@@ -404,8 +458,13 @@ impl ReadStream {
                         .saturating_sub(p.lookahead())
                         .saturating_add(1)
                 };
+                let prefetch_at = if p.prefetch == 0 || self.unproven {
+                    u64::MAX
+                } else {
+                    self.prefetch.due_at().max(self.next.saturating_add(1))
+                };
                 FastRead::Sequential {
-                    until: drop_at.min(snap_at),
+                    until: drop_at.min(snap_at).min(prefetch_at),
                 }
             }
             _ => FastRead::None,
@@ -422,10 +481,12 @@ impl ReadStream {
     }
 
     /// At close: what the stream consumed and has not dropped yet; the stream is reset.
+    /// Prefetched pages not read yet were brought in by the stream too.
     pub fn finish(&mut self) -> Option<Range> {
         self.settle();
-        let r = (self.pattern == Pattern::Sequential && self.next > self.dropped_to)
-            .then(|| Range::new(self.dropped_to, self.next.next_multiple_of(DROP_ALIGN)));
+        let end = self.next.max(self.prefetch.to);
+        let r = (self.pattern == Pattern::Sequential && end > self.dropped_to)
+            .then(|| Range::new(self.dropped_to, end.next_multiple_of(DROP_ALIGN)));
         *self = ReadStream::new();
         r
     }
@@ -566,7 +627,10 @@ impl WriteStream {
 mod tests {
     use super::*;
 
-    const P: Params = Params { window: 8 * MIB };
+    const P: Params = Params {
+        window: 8 * MIB,
+        prefetch: 0,
+    };
 
     /// A model of the page cache for traces: which 4 KiB pages are resident.
     struct Cache {
@@ -617,6 +681,20 @@ mod tests {
     /// Runs a read trace against the model, with kernel readahead of `ra` bytes ahead of each
     /// read. Returns (peak resident pages, drops issued).
     fn run_reads(cache: &mut Cache, size: u64, reads: &[(u64, u64)], ra: u64) -> (usize, usize) {
+        let (peak, drops, _) = run_reads_with(cache, size, reads, ra, &P);
+        (peak, drops)
+    }
+
+    /// `run_reads` with parameters; prefetches touch the cache and must lie inside what was
+    /// proven when they were issued. Also returns the prefetched ranges.
+    fn run_reads_with(
+        cache: &mut Cache,
+        size: u64,
+        reads: &[(u64, u64)],
+        ra: u64,
+        p: &Params,
+    ) -> (usize, usize, Vec<Range>) {
+        let mut prefetched = Vec::new();
         let mut s = ReadStream::default();
         let mut peak = 0;
         let mut drops = 0;
@@ -629,11 +707,11 @@ mod tests {
         };
         let eof = (size, 4096);
         for &(off, len) in reads.iter().chain(std::iter::once(&eof)) {
-            let plan = s.plan(off, &P);
+            let plan = s.plan(off, p);
             snap(&mut s, cache, plan.snapshot);
             let got = len.min(size.saturating_sub(off));
             cache.touch(Range::new(off, (off + got + ra).min(size)));
-            let act = s.consumed(off, got, len, &P);
+            let act = s.consumed(off, got, len, p);
             if let Some(d) = act.drop {
                 for run in s.proof.owned_runs(d).collect::<Vec<_>>() {
                     cache.drop(run);
@@ -642,9 +720,19 @@ mod tests {
                 drops += 1;
             }
             snap(&mut s, cache, act.snapshot);
+            if let Some(r) = act.prefetch {
+                assert!(r.end <= s.proof.hi * PROOF_BLOCK, "prefetch {r:?} beyond the proof");
+                cache.touch(Range::new(r.start, r.end.min(size)));
+                prefetched.push(r);
+            }
             peak = peak.max(cache.count(Range::new(0, size)));
         }
-        (peak, drops)
+        if let Some(r) = s.finish() {
+            for run in s.proof.owned_runs(r).collect::<Vec<_>>() {
+                cache.drop(run);
+            }
+        }
+        (peak, drops, prefetched)
     }
 
     fn sequential(size: u64, chunk: u64) -> Vec<(u64, u64)> {
@@ -749,6 +837,11 @@ mod tests {
 
     #[test]
     fn fast_path_decisions_match_the_slow_path() {
+        fast_path_matches_slow_path(&P);
+        fast_path_matches_slow_path(&P.with_prefetch(16 * MIB));
+    }
+
+    fn fast_path_matches_slow_path(p: &Params) {
         // Replaying a trace through `fast` must never skip an event that would have acted.
         let size = 512 * MIB;
         let mut x: u64 = 99;
@@ -766,14 +859,14 @@ mod tests {
         );
         let mut slow = ReadStream::default();
         for &(off, len) in &trace {
-            let fast = slow.fast(&P);
+            let fast = slow.fast(p);
             let mut probe = slow;
-            let plan = probe.plan(off, &P);
+            let plan = probe.plan(off, p);
             if let Some(r) = plan.snapshot {
                 (r.start / PROOF_BLOCK..r.end / PROOF_BLOCK)
                     .for_each(|b| probe.proof.record(b, !0));
             }
-            let act = probe.consumed(off, len, len, &P);
+            let act = probe.consumed(off, len, len, p);
             let skippable = match fast {
                 FastRead::Random => !read_continues(slow.next, off),
                 FastRead::Sequential { until } => {
@@ -785,6 +878,7 @@ mod tests {
                 assert_eq!(plan.snapshot, None, "{off}");
                 assert_eq!(act.drop, None, "{off}");
                 assert_eq!(act.snapshot, None, "{off}");
+                assert_eq!(act.prefetch, None, "{off}");
                 assert_eq!(probe.pattern, slow.pattern, "{off}");
                 slow.resume(off + len);
             } else {
@@ -798,6 +892,106 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn sequential_streams_prefetch_ahead_with_a_ramp_and_drop_it_behind() {
+        let size = 256 * MIB;
+        let p = P.with_prefetch(16 * MIB);
+        for chunk in [4096, 128 * 1024] {
+            let mut cache = Cache::new(size);
+            let (peak, _, pf) =
+                run_reads_with(&mut cache, size, &sequential(size, chunk), 128 * 1024, &p);
+            assert!(!pf.is_empty());
+            // Batches follow each other without gaps or overlaps, and the reach ramps up.
+            for w in pf.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+            assert_eq!(pf[0].len(), PREFETCH_START, "chunk {chunk}");
+            assert!(pf.iter().all(|r| r.len() <= 16 * MIB));
+            assert!(pf.last().unwrap().end >= size, "prefetch reached the end");
+            // Batches, not a call per read.
+            assert!(pf.len() < (size / (4 * MIB)) as usize + 10, "{} batches", pf.len());
+            // window + lag + prefetch reach + chunk rounding, and nothing left after EOF.
+            assert!(
+                (peak as u64) * PAGE <= 8 * MIB + 16 * MIB + 4 * MIB,
+                "peak {} MiB",
+                peak as u64 * PAGE / MIB
+            );
+            assert_eq!(cache.count(Range::new(0, size)), 0, "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn prefetch_spares_pages_cached_before() {
+        let size = 128 * MIB;
+        let mut cache = Cache::new(size);
+        let warm = Range::new(40 * MIB, 60 * MIB);
+        cache.touch(warm);
+        let p = P.with_prefetch(16 * MIB);
+        run_reads_with(&mut cache, size, &sequential(size, 64 * 1024), 0, &p);
+        assert_eq!(cache.count(warm), (warm.len() / PAGE) as usize);
+        assert_eq!(cache.count(Range::new(0, 40 * MIB)), 0);
+        assert_eq!(cache.count(Range::new(61 * MIB, size)), 0);
+    }
+
+    #[test]
+    fn random_and_strided_reads_are_never_prefetched() {
+        let p = P.with_prefetch(16 * MIB);
+        let mut s = ReadStream::default();
+        let mut x: u64 = 7;
+        for i in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Seed 003 by pread (every 100th page), then random 4 KiB preads.
+            let off = if i < 10_000 {
+                i * 100 * PAGE
+            } else {
+                (x >> 20) % (1 << 20) * PAGE
+            };
+            s.plan(off, &p);
+            let act = s.consumed(off, PAGE, PAGE, &p);
+            assert_eq!(act.prefetch, None, "read {i}");
+            assert_eq!(act.drop, None, "read {i}");
+        }
+    }
+
+    /// One read through plan and consumed, every snapshot finding the file cold.
+    fn cold_read(s: &mut ReadStream, off: u64, len: u64, p: &Params) -> ReadActions {
+        let record = |s: &mut ReadStream, r: Option<Range>| {
+            if let Some(r) = r {
+                (r.start / PROOF_BLOCK..r.end / PROOF_BLOCK).for_each(|b| s.proof.record(b, !0));
+            }
+        };
+        let plan = s.plan(off, p);
+        record(s, plan.snapshot);
+        let act = s.consumed(off, len, len, p);
+        if let Some(d) = act.drop {
+            s.dropped(d);
+        }
+        record(s, act.snapshot);
+        act
+    }
+
+    #[test]
+    fn a_seek_restarts_the_prefetch_ramp() {
+        let p = P.with_prefetch(16 * MIB);
+        let mut s = ReadStream::default();
+        let mut last = None;
+        for i in 0..200u64 {
+            last = cold_read(&mut s, i * MIB, MIB, &p).prefetch.or(last);
+        }
+        // The reach is kept between three quarters of the maximum and the maximum.
+        let end = last.unwrap().end;
+        assert!(end >= 200 * MIB + 12 * MIB && end <= 200 * MIB + 16 * MIB, "{end}");
+        s.seeked(1024 * MIB);
+        let mut first = None;
+        for i in 0..8u64 {
+            first = first.or(cold_read(&mut s, 1024 * MIB + i * MIB, MIB, &p).prefetch);
+        }
+        let r = first.expect("prefetch after the seek");
+        assert!(r.start >= 1024 * MIB && r.len() <= 2 * MIB, "{r:?}");
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub static WRITEBACK_WINDOWS: Counter = Counter::new();
 pub static SETTLE_TIMEOUTS: Counter = Counter::new();
 pub static SNAPSHOTS: Counter = Counter::new();
 pub static COPY_CLAMPS: Counter = Counter::new();
+pub static PREFETCHED: Counter = Counter::new();
+pub static PREFETCH_BATCHES: Counter = Counter::new();
+pub static PREFETCH_DROPPED: Counter = Counter::new();
+pub static MAPS_TRACKED: Counter = Counter::new();
+pub static MAPS_SEQUENTIAL: Counter = Counter::new();
+pub static MAPS_RANDOM: Counter = Counter::new();
 
 const ALL: &[&Counter] = &[
     &FILES_TRACKED,
@@ -50,6 +56,12 @@ const ALL: &[&Counter] = &[
     &SETTLE_TIMEOUTS,
     &SNAPSHOTS,
     &COPY_CLAMPS,
+    &PREFETCHED,
+    &PREFETCH_BATCHES,
+    &PREFETCH_DROPPED,
+    &MAPS_TRACKED,
+    &MAPS_SEQUENTIAL,
+    &MAPS_RANDOM,
 ];
 
 /// A forked child reports its own work only.
@@ -80,6 +92,8 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
          \x20 pages released         {}  ({}, in {} drop calls)\n\
          \x20 residency snapshots    {}\n\
          \x20 copy calls clamped     {}\n\
+         \x20 prefetched             {}  ({} batches; {} skipped, queue full)\n\
+         \x20 file mappings          {}  ({} sequential, {} given MADV_RANDOM)\n\
          \x20 directories prefetched {}  ({} inodes; {} big directories found warm)\n",
         FILES_TRACKED.get(),
         FILES_EXCLUDED.get(),
@@ -95,6 +109,12 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
         DROP_CALLS.get(),
         SNAPSHOTS.get(),
         COPY_CLAMPS.get(),
+        sz(&PREFETCHED),
+        PREFETCH_BATCHES.get(),
+        PREFETCH_DROPPED.get(),
+        MAPS_TRACKED.get(),
+        MAPS_SEQUENTIAL.get(),
+        MAPS_RANDOM.get(),
         dirs,
         inodes,
         warm,

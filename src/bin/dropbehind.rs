@@ -42,6 +42,9 @@ struct Cli {
     /// Drop-behind window (64K to 64M)
     #[arg(short, long, value_name = "SIZE", value_parser = parse_window)]
     window: Option<u64>,
+    /// Prefetch reach ahead of sequential reads and mmap scans (0 or 256K to 32M)
+    #[arg(short, long, value_name = "SIZE", value_parser = parse_readahead)]
+    readahead: Option<u64>,
     /// Files smaller than this are left alone
     #[arg(long, value_name = "SIZE", value_parser = parse_min_size)]
     min_size: Option<u64>,
@@ -80,6 +83,16 @@ fn parse_window(s: &str) -> Result<u64, String> {
     config::parse_size(s)
         .filter(|n| (config::WINDOW_MIN..=config::WINDOW_MAX).contains(n))
         .ok_or_else(|| "expected a size from 64K to 64M, e.g. 8M".to_string())
+}
+
+fn parse_readahead(s: &str) -> Result<u64, String> {
+    let (c, bad) =
+        config::from_lookup(|n| (n == "DROPBEHIND_READAHEAD").then(|| s.to_string()));
+    if bad.is_empty() {
+        Ok(c.readahead)
+    } else {
+        Err("expected 0 (off) or a size from 256K to 32M, e.g. 16M".to_string())
+    }
 }
 
 fn parse_min_size(s: &str) -> Result<u64, String> {
@@ -163,6 +176,9 @@ fn run(cli: Cli) -> ExitCode {
     cmd.env("LD_PRELOAD", preload);
     if let Some(w) = cli.window {
         cmd.env("DROPBEHIND_WINDOW", w.to_string());
+    }
+    if let Some(r) = cli.readahead {
+        cmd.env("DROPBEHIND_READAHEAD", r.to_string());
     }
     if let Some(m) = cli.min_size {
         cmd.env("DROPBEHIND_MIN_SIZE", m.to_string());

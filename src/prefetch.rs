@@ -1,0 +1,321 @@
+//! Prefetch: one helper thread that issues the readahead the policy asks for, so that a
+//! program's read never waits while a prefetch is submitted (submitting blocks once the
+//! device's queue is full, which is exactly when prefetching helps).
+//!
+//! The read path hands requests over through a fixed lock-free queue and wakes the thread
+//! only when it sleeps. The thread is started at the first request, blocks every signal,
+//! holds no fd of its own, and is simply gone at exit or in a forked child.
+
+use crate::policy::Range;
+use crate::{effects, stats};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Readahead of a device sysfs can't tell us about: the usual disk default.
+const UNKNOWN_DEVICE_READAHEAD: u64 = 128 * 1024;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Request {
+    pub fd: i32,
+    /// The file the fd held when the request was made: checked again before prefetching.
+    pub dev: u64,
+    pub ino: u64,
+    pub range: Range,
+    /// Bytes per WILLNEED call (see `effects::prefetch`).
+    pub chunk: u64,
+}
+
+// ---------------------------------------------------------------------------------------
+// A bounded multi-producer queue (Vyukov's): a full queue drops the request, which only
+// means the kernel's own readahead does that part.
+
+const QUEUE: usize = 64;
+
+struct Cell {
+    /// Lap counter, relative to the cell's index: `pos - index` when free for the producer
+    /// at `pos`, `pos + 1 - index` when holding its request.
+    seq: AtomicUsize,
+    req: UnsafeCell<Request>,
+}
+
+struct Queue {
+    cells: [Cell; QUEUE],
+    head: AtomicUsize,
+    tail: AtomicUsize,
+}
+
+// SAFETY: a cell's request is written only by the producer that won its position and read
+// only by the consumer after the producer published it through `seq`.
+unsafe impl Sync for Queue {}
+
+static QUEUE_: Queue = Queue {
+    cells: [const {
+        Cell {
+            seq: AtomicUsize::new(0),
+            req: UnsafeCell::new(Request {
+                fd: -1,
+                dev: 0,
+                ino: 0,
+                range: Range { start: 0, end: 0 },
+                chunk: 0,
+            }),
+        }
+    }; QUEUE],
+    head: AtomicUsize::new(0),
+    tail: AtomicUsize::new(0),
+};
+
+impl Queue {
+    fn push(&self, r: Request) -> bool {
+        let mut pos = self.head.load(Ordering::Relaxed);
+        loop {
+            let cell = &self.cells[pos % QUEUE];
+            let seq = cell.seq.load(Ordering::Acquire).wrapping_add(pos % QUEUE);
+            let dif = seq.wrapping_sub(pos) as isize;
+            if dif == 0 {
+                match self.head.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: this producer owns the cell until it publishes it.
+                        unsafe { *cell.req.get() = r };
+                        cell.seq
+                            .store(pos.wrapping_add(1).wrapping_sub(pos % QUEUE), Ordering::Release);
+                        return true;
+                    }
+                    Err(p) => pos = p,
+                }
+            } else if dif < 0 {
+                return false;
+            } else {
+                pos = self.head.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn pop(&self) -> Option<Request> {
+        let mut pos = self.tail.load(Ordering::Relaxed);
+        loop {
+            let cell = &self.cells[pos % QUEUE];
+            let seq = cell.seq.load(Ordering::Acquire).wrapping_add(pos % QUEUE);
+            let dif = seq.wrapping_sub(pos.wrapping_add(1)) as isize;
+            if dif == 0 {
+                match self.tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: published by its producer, and ours since the CAS.
+                        let r = unsafe { *cell.req.get() };
+                        cell.seq.store(
+                            pos.wrapping_add(QUEUE).wrapping_sub(pos % QUEUE),
+                            Ordering::Release,
+                        );
+                        return Some(r);
+                    }
+                    Err(p) => pos = p,
+                }
+            } else if dif < 0 {
+                return None;
+            } else {
+                pos = self.tail.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// In a forked child only (one thread): back to empty.
+    fn reset(&self) {
+        for c in &self.cells {
+            c.seq.store(0, Ordering::Relaxed);
+        }
+        self.head.store(0, Ordering::Relaxed);
+        self.tail.store(0, Ordering::Relaxed);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The helper thread
+
+const NOT_STARTED: u8 = 0;
+const RUNNING: u8 = 1;
+const FAILED: u8 = 2;
+
+static THREAD: AtomicU8 = AtomicU8::new(NOT_STARTED);
+/// Bumped by every request: the futex the thread sleeps on.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+static SLEEPING: AtomicBool = AtomicBool::new(false);
+
+/// Hands a prefetch to the helper thread (started on first use). Never blocks.
+pub fn request(r: Request) {
+    if r.range.is_empty() || THREAD.load(Ordering::Acquire) == FAILED {
+        return;
+    }
+    if THREAD.load(Ordering::Acquire) == NOT_STARTED
+        && THREAD
+            .compare_exchange(NOT_STARTED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        && !spawn()
+    {
+        THREAD.store(FAILED, Ordering::Release);
+        return;
+    }
+    if !QUEUE_.push(r) {
+        stats::PREFETCH_DROPPED.add(1);
+        return;
+    }
+    WAKE.fetch_add(1, Ordering::SeqCst);
+    if SLEEPING.load(Ordering::SeqCst) {
+        futex(libc::FUTEX_WAKE, 1);
+    }
+}
+
+fn futex(op: i32, val: u32) {
+    // SAFETY: WAKE is a static u32; no timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            op | libc::FUTEX_PRIVATE_FLAG,
+            val,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+fn spawn() -> bool {
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: this thread's signal mask, restored right after the spawn; the new thread
+    // inherits the full mask, so no signal meant for the program is ever delivered to it.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    let ok = std::thread::Builder::new()
+        .name("dropbehind-ra".into())
+        .stack_size(64 * 1024)
+        .spawn(run)
+        .is_ok();
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    ok
+}
+
+fn run() {
+    loop {
+        while let Some(r) = QUEUE_.pop() {
+            let _ = std::panic::catch_unwind(|| perform(&r));
+        }
+        SLEEPING.store(true, Ordering::SeqCst);
+        let seen = WAKE.load(Ordering::SeqCst);
+        if let Some(r) = QUEUE_.pop() {
+            SLEEPING.store(false, Ordering::SeqCst);
+            let _ = std::panic::catch_unwind(|| perform(&r));
+            continue;
+        }
+        futex(libc::FUTEX_WAIT, seen);
+        SLEEPING.store(false, Ordering::SeqCst);
+    }
+}
+
+fn perform(r: &Request) {
+    // The fd may have been closed, or reused for another file, since: then nothing.
+    let same = effects::identify(r.fd).is_some_and(|id| id.dev == r.dev && id.ino == r.ino);
+    if !same {
+        return;
+    }
+    stats::PREFETCH_BATCHES.add(1);
+    stats::PREFETCHED.add(effects::prefetch(r.fd, r.range, r.chunk, || true));
+}
+
+/// In a forked child: no helper thread exists there.
+pub fn after_fork_child() {
+    QUEUE_.reset();
+    SLEEPING.store(false, Ordering::Relaxed);
+    WAKE.store(0, Ordering::Relaxed);
+    THREAD.store(NOT_STARTED, Ordering::Relaxed);
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-device decisions, cached (sysfs is read once per device per process)
+
+const DEVICES: usize = 16;
+static DEV: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
+/// Readahead and chunk in KiB, packed (readahead << 32 | chunk).
+static LIMITS: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
+
+/// The device's readahead and the size of one WILLNEED call, in bytes.
+pub fn device(dev: u64) -> (u64, u64) {
+    let key = dev.wrapping_add(1);
+    let i = (dev as usize ^ (dev >> 20) as usize) % DEVICES;
+    if DEV[i].load(Ordering::Acquire) == key {
+        let v = LIMITS[i].load(Ordering::Relaxed);
+        return ((v >> 32) * 1024, (v & 0xffff_ffff) * 1024);
+    }
+    let (ra, io) = effects::device_limits(dev).unwrap_or((UNKNOWN_DEVICE_READAHEAD, 0));
+    let chunk = ra.max(io).max(UNKNOWN_DEVICE_READAHEAD);
+    LIMITS[i].store(((ra / 1024) << 32) | (chunk / 1024), Ordering::Relaxed);
+    DEV[i].store(key, Ordering::Release);
+    (ra, chunk)
+}
+
+/// How far ahead to prefetch on a device, given the configured reach: nothing where the
+/// kernel's own readahead (doubled by FADV_SEQUENTIAL, as `cp` asks) already reaches as far.
+pub fn reach_for(readahead: u64, device_readahead: u64) -> u64 {
+    if device_readahead.saturating_mul(2) >= readahead {
+        0
+    } else {
+        readahead
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_is_fifo_bounded_and_reusable() {
+        let q = Queue {
+            cells: [const {
+                Cell {
+                    seq: AtomicUsize::new(0),
+                    req: UnsafeCell::new(Request {
+                        fd: -1,
+                        dev: 0,
+                        ino: 0,
+                        range: Range { start: 0, end: 0 },
+                        chunk: 0,
+                    }),
+                }
+            }; QUEUE],
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+        };
+        for lap in 0..3 {
+            for i in 0..QUEUE {
+                let r = Request {
+                    fd: i as i32,
+                    ..Request::default()
+                };
+                assert!(q.push(r), "lap {lap} push {i}");
+            }
+            assert!(!q.push(Request::default()), "full");
+            for i in 0..QUEUE {
+                assert_eq!(q.pop().unwrap().fd, i as i32);
+            }
+            assert!(q.pop().is_none());
+        }
+    }
+
+    #[test]
+    fn no_prefetch_where_kernel_readahead_already_reaches() {
+        // vda here: 8 MiB readahead; the slow-disk fixture: 128 KiB.
+        assert_eq!(reach_for(16 << 20, 8 << 20), 0);
+        assert_eq!(reach_for(16 << 20, 128 << 10), 16 << 20);
+        assert_eq!(reach_for(32 << 20, 8 << 20), 32 << 20);
+    }
+}
