@@ -242,8 +242,10 @@ pub fn peek_i64(p: *const i64) -> Option<i64> {
 pub fn prefetch(fd: i32, r: Range, chunk: u64, keep_going: impl Fn() -> bool) -> u64 {
     let mut off = r.start;
     let mut done = 0;
+    let chunk = chunk.max(crate::policy::PAGE);
     while off < r.end && keep_going() {
-        let end = off.saturating_add(chunk.max(crate::policy::PAGE)).min(r.end);
+        // Calls end on multiples of `chunk`: whole device-sized requests.
+        let end = (off / chunk + 1).saturating_mul(chunk).min(r.end);
         if !fadvise(fd, Range::new(off, end), libc::POSIX_FADV_WILLNEED) {
             break;
         }
@@ -298,4 +300,116 @@ fn read_small_number(path: &[u8]) -> Option<u64> {
         }
         std::str::from_utf8(&buf[..n as usize]).ok()?.trim().parse().ok()
     }
+}
+
+/// madvise on an address range of the program's. The caller guarantees the range is still
+/// the mapping it means (see `mapwatch`).
+pub fn madvise(addr: usize, len: usize, advice: c_int) -> bool {
+    let _e = ErrnoGuard::new();
+    // SAFETY: advice only; the range is checked by the caller.
+    syscall_ok(unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) })
+}
+
+/// Reads the /proc/self/pagemap entries of the pages from `addr` into `out`. Returns how
+/// many were read. Bit 63 of an entry: the page is mapped in this process.
+pub fn pagemap(pagemap_fd: i32, addr: usize, out: &mut [u64]) -> usize {
+    let _e = ErrnoGuard::new();
+    let off = (addr / crate::policy::PAGE as usize * 8) as i64;
+    // SAFETY: the kernel writes at most out.len() * 8 bytes.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_pread64,
+            pagemap_fd,
+            out.as_mut_ptr(),
+            out.len() * 8,
+            off,
+        )
+    };
+    if n <= 0 { 0 } else { n as usize / 8 }
+}
+
+pub const PAGEMAP_PRESENT: u64 = 1 << 63;
+
+/// Page faults of the whole process so far (all threads).
+pub fn page_faults() -> u64 {
+    let _e = ErrnoGuard::new();
+    // SAFETY: getrusage writes `ru`.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::syscall(libc::SYS_getrusage, libc::RUSAGE_SELF, &mut ru) };
+    (ru.ru_minflt + ru.ru_majflt) as u64
+}
+
+/// Moves a fd of the shim's own above the numbers the program is likely to use, close-on-
+/// exec, so that the program's own next open gets the number it would have got.
+pub fn move_high(fd: i32) -> Option<i32> {
+    let _e = ErrnoGuard::new();
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes `lim`; fcntl and close on our own fd.
+    unsafe { libc::syscall(libc::SYS_getrlimit, libc::RLIMIT_NOFILE, &mut lim) };
+    let floor = (lim.rlim_cur.min(1 << 20) as i64 - 256).max(64);
+    let high = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, floor) } as i32;
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    (high >= 0).then_some(high)
+}
+
+/// A new read-only open file of what the program's `fd` refers to, for the shim's own use
+/// (the program may close its fd right after mmap).
+pub fn reopen(fd: i32) -> Option<i32> {
+    let _e = ErrnoGuard::new();
+    let mut path = [0u8; 32];
+    {
+        use std::io::Write;
+        let mut w = &mut path[..];
+        write!(w, "/proc/self/fd/{fd}\0").ok()?;
+    }
+    // SAFETY: NUL-terminated path.
+    let own = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOATIME,
+        )
+    } as i32;
+    let own = if own < 0 {
+        // O_NOATIME needs ownership.
+        (unsafe {
+            libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        }) as i32
+    } else {
+        own
+    };
+    if own < 0 {
+        return None;
+    }
+    move_high(own)
+}
+
+pub fn close_own(fd: i32) {
+    let _e = ErrnoGuard::new();
+    // SAFETY: our own fd.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
+/// Opens /proc/self/pagemap for the shim's own use.
+pub fn open_pagemap() -> Option<i32> {
+    let _e = ErrnoGuard::new();
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/self/pagemap".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    } as i32;
+    if fd < 0 { None } else { move_high(fd) }
 }

@@ -272,7 +272,7 @@ fn format_proc_fd(buf: &mut [u8; 64], fd: i32) -> &[u8] {
 /// Takes the residency snapshot `r` into `proof`: one cachestat for the common all-cold
 /// case, per block otherwise. False when residency can't be known (no cachestat, or no
 /// write permission): then nothing is proven and nothing will be dropped by fadvise.
-fn snapshot(fd: i32, proof: &mut Proof, r: Range) -> bool {
+pub(crate) fn snapshot(fd: i32, proof: &mut Proof, r: Range) -> bool {
     stats::SNAPSHOTS.add(1);
     let cold = crate::residency::cachestat(fd, r.start, r.len()).map(|c| c.cache == 0);
     let known = cold.is_ok();
@@ -947,6 +947,7 @@ pub fn after_fork_child() {
     fdtable::release_all_claims();
     crate::dirprefetch::reset_counters();
     crate::prefetch::after_fork_child();
+    crate::mapwatch::after_fork_child();
     // The child inherits the parent's atexit registration along with its counters.
     stats::reset_all();
 }
@@ -956,5 +957,59 @@ pub fn at_exit() {
     let Some(cfg) = config() else { return };
     let Some(_g) = ShimGuard::enter() else { return };
     let _e = ErrnoGuard::new();
+    let _ = catch_unwind(AssertUnwindSafe(crate::mapwatch::at_exit));
     let _ = catch_unwind(AssertUnwindSafe(|| stats::emit(&cfg.stats)));
+}
+
+// ---------------------------------------------------------------------------------------
+// File mappings
+
+/// After a successful mmap: big read-mapped regular files are watched (see `mapwatch`).
+pub fn mapped(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: i64) {
+    contained(|eng| {
+        if !eng.cfg.mmap
+            || fd < 0
+            || off < 0
+            || flags & libc::MAP_ANONYMOUS != 0
+            || prot & libc::PROT_READ == 0
+            || (len as u64) < eng.cfg.min_size.max(1)
+        {
+            return;
+        }
+        let Some(id) = effects::identify(fd) else {
+            return;
+        };
+        if !id.regular || id.size < eng.cfg.min_size.max(1) || id.size <= off as u64 {
+            return;
+        }
+        if excluded(eng, fd) {
+            return;
+        }
+        let m = crate::mapwatch::NewMapping {
+            addr,
+            len,
+            file_off: off as u64,
+            fd,
+            file_size: id.size,
+            dev: id.dev,
+            writable_private: flags & libc::MAP_SHARED == 0 && prot & libc::PROT_WRITE != 0,
+        };
+        if crate::mapwatch::track(m, eng.params.with_prefetch(eng.cfg.readahead)) {
+            register_report();
+        }
+    })
+}
+
+/// Before a call that unmaps or replaces `[addr, addr+len)`, or gives it the program's own
+/// readahead hint: the watcher lets go of mappings there. Hand the result to `unmapped`.
+pub fn unmapping(addr: usize, len: usize) -> u64 {
+    contained(|_| crate::mapwatch::take(addr, len))
+}
+
+/// After that call: `done` says whether it succeeded; `drop_pages`: whether what the
+/// mappings brought in should go (not when the program took over with its own hint).
+pub fn unmapped(taken: u64, done: bool, drop_pages: bool) {
+    if taken != 0 {
+        contained(|_| crate::mapwatch::release(taken, done, drop_pages))
+    }
 }

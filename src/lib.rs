@@ -15,6 +15,7 @@ pub mod effects;
 pub mod engine;
 pub mod fdtable;
 pub mod log;
+pub mod mapwatch;
 pub mod policy;
 pub mod prefetch;
 pub mod real;

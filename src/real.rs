@@ -157,5 +157,11 @@ reals! {
     OPENDIR = c"opendir": fn(*const c_char) -> *mut libc::DIR;
     FDOPENDIR = c"fdopendir": fn(c_int) -> *mut libc::DIR;
     CLOSEDIR = c"closedir": fn(*mut libc::DIR) -> c_int;
+    MMAP = c"mmap": fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
+    MMAP64 = c"mmap64": fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
+    MUNMAP = c"munmap": fn(*mut c_void, size_t) -> c_int;
+    MREMAP = c"mremap": fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void;
+    MADVISE = c"madvise": fn(*mut c_void, size_t, c_int) -> c_int;
+    POSIX_MADVISE = c"posix_madvise": fn(*mut c_void, size_t, c_int) -> c_int;
     PRCTL = c"prctl": fn(c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> c_int;
 }

@@ -14,6 +14,7 @@ compile_error!(
 mod copy;
 mod dir;
 mod fd;
+mod mmap;
 mod process;
 mod read;
 mod stdio;

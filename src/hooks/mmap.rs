@@ -1,0 +1,122 @@
+//! mmap and its relatives: big file mappings are handed to the watcher (`mapwatch`); any
+//! call that unmaps, moves or re-hints a watched range first takes it back from the watcher.
+
+use super::raw;
+use crate::{engine, real};
+use libc::{c_int, c_void, off_t, size_t};
+
+fn failed(p: *mut c_void) -> bool {
+    p == libc::MAP_FAILED
+}
+
+macro_rules! mmap_hook {
+    ($name:ident, $real:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            addr: *mut c_void,
+            len: size_t,
+            prot: c_int,
+            flags: c_int,
+            fd: c_int,
+            off: off_t,
+        ) -> *mut c_void {
+            // MAP_FIXED replaces whatever was mapped there.
+            let taken = if flags & libc::MAP_FIXED != 0 {
+                engine::unmapping(addr as usize, len)
+            } else {
+                0
+            };
+            let p = match real::$real.get() {
+                Some(f) => unsafe { f(addr, len, prot, flags, fd, off) },
+                None => raw(
+                    libc::SYS_mmap,
+                    [addr as usize, len, prot as usize, flags as usize, fd as usize, off as usize],
+                ) as *mut c_void,
+            };
+            engine::unmapped(taken, !failed(p), true);
+            if !failed(p) {
+                engine::mapped(p as usize, len, prot, flags, fd, off);
+            }
+            p
+        }
+    };
+}
+mmap_hook!(mmap, MMAP);
+mmap_hook!(mmap64, MMAP64);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    let taken = engine::unmapping(addr as usize, len);
+    let r = match real::MUNMAP.get() {
+        Some(f) => unsafe { f(addr, len) },
+        None => raw(libc::SYS_munmap, [addr as usize, len, 0, 0, 0, 0]) as c_int,
+    };
+    engine::unmapped(taken, r == 0, true);
+    r
+}
+
+/// mremap is variadic: the new address is passed (and read) only with MREMAP_FIXED. On
+/// x86_64 a variadic pointer argument travels like a fixed one.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let mut taken = engine::unmapping(old as usize, old_len);
+    if flags & libc::MREMAP_FIXED != 0 {
+        taken |= engine::unmapping(new_addr as usize, new_len);
+    }
+    let p = match real::MREMAP.get() {
+        Some(f) => unsafe { f(old, old_len, new_len, flags, new_addr) },
+        None => raw(
+            libc::SYS_mremap,
+            [old as usize, old_len, new_len, flags as usize, new_addr as usize, 0],
+        ) as *mut c_void,
+    };
+    engine::unmapped(taken, !failed(p), true);
+    p
+}
+
+/// The readahead hints of the program's own: the watcher hands such a mapping over for
+/// good (its hint is never overridden).
+fn is_pattern_hint(advice: c_int) -> bool {
+    matches!(
+        advice,
+        libc::MADV_NORMAL | libc::MADV_RANDOM | libc::MADV_SEQUENTIAL
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    let taken = if is_pattern_hint(advice) {
+        engine::unmapping(addr as usize, len)
+    } else {
+        0
+    };
+    let r = match real::MADVISE.get() {
+        Some(f) => unsafe { f(addr, len, advice) },
+        None => raw(libc::SYS_madvise, [addr as usize, len, advice as usize, 0, 0, 0]) as c_int,
+    };
+    engine::unmapped(taken, r == 0, false);
+    r
+}
+
+/// Returns an error number rather than setting errno. POSIX_MADV_* equal MADV_* for the
+/// three pattern hints.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    let taken = if is_pattern_hint(advice) {
+        engine::unmapping(addr as usize, len)
+    } else {
+        0
+    };
+    let r = match real::POSIX_MADVISE.get() {
+        Some(f) => unsafe { f(addr, len, advice) },
+        None => libc::ENOSYS,
+    };
+    engine::unmapped(taken, r == 0, false);
+    r
+}

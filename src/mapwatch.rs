@@ -1,0 +1,566 @@
+//! File mappings: a table of the program's big file mappings, and one watcher thread that
+//! samples them every few milliseconds and acts on what it finds (see `policy::MapScan`).
+//!
+//! The program's faults can't be seen from userspace without cost, so the watcher looks at
+//! their traces: which pages of a mapping are mapped (/proc/self/pagemap, read from the
+//! scan's frontier on: one small read per tick) and how much of the file is cached
+//! (cachestat, only while the process is faulting at all). A sequential scan is prefetched
+//! ahead and dropped behind like a read stream; a mapping faulted sparsely while its cache
+//! grows (the kernel's fault readahead at work for nothing) gets MADV_RANDOM.
+//!
+//! Ownership of a slot: the watcher holds it (BUSY) while sampling; munmap, mremap,
+//! MAP_FIXED and the program's own madvise hints take it (TAKEN) before their real call,
+//! waiting out a sample in progress, so no address-based advice of ours ever lands on a
+//! range that was unmapped or remapped under us. Every fd here is the shim's own (a
+//! reopening of the mapped file, close-on-exec, numbered high).
+
+use crate::config::MIB;
+use crate::effects::{self, PAGEMAP_PRESENT};
+use crate::policy::{MapClass, MapSample, MapScan, PAGE, Params, Proof, Range};
+use crate::residency::cachestat;
+use crate::stats;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+
+const MAPS: usize = 64;
+/// Sampling period while any mapping is watched, and while one is being scanned fast (a
+/// sampler that falls behind a scan lets its fault readahead outrun the proof).
+const TICK_NS: i64 = 10_000_000;
+const TICK_FAST_NS: i64 = 2_000_000;
+/// A frontier that moved this far in one tick means a fast scan.
+const FAST_SCAN: u64 = 4 * MIB;
+/// Faults in a tick below which nothing can have grown much: cachestat is skipped.
+const QUIET_FAULTS: u64 = 8;
+/// How far one tick follows a mapped run (pagemap entries are read 2 MiB at a time).
+const FOLLOW_MAX: u64 = 256 * MIB;
+/// A scan of cached-speed data outruns a 10 ms sampler by tens of MiB (a cold 1 GiB scan
+/// on the local disk: 22 MiB per tick, and 8 MiB of fault readahead ahead of it): the
+/// proof reaches this much further ahead of a mapping than of a read stream (the proof
+/// ring caps it).
+const MAP_EXTRA_LOOKAHEAD: u64 = 96 * MIB;
+/// The window whose mapped density decides between a scan and scattered faults.
+const LOCATE_WINDOW: u64 = MIB;
+
+const FREE: u32 = 0;
+const SETUP: u32 = 1;
+const ACTIVE: u32 = 2;
+const BUSY: u32 = 3;
+const TAKEN: u32 = 4;
+
+struct MapData {
+    /// The shim's own fd of the mapped file.
+    fd: i32,
+    addr: usize,
+    len: usize,
+    /// File offset of `addr`.
+    file_off: u64,
+    scan: MapScan,
+    params: Params,
+    chunk: u64,
+    /// Mapped pages may be reclaimed with MADV_PAGEOUT: not for private writable mappings,
+    /// whose written pages are the program's anonymous memory.
+    pageout: bool,
+    released: u64,
+    prefetched: u64,
+}
+
+impl MapData {
+    fn addr_of(&self, file_off: u64) -> usize {
+        self.addr + (file_off - self.file_off) as usize
+    }
+}
+
+struct MapSlot {
+    state: AtomicU32,
+    /// Readable without owning the slot, for overlap checks.
+    addr: AtomicUsize,
+    len: AtomicUsize,
+    /// Asks the watcher to cut short what it is doing with this slot.
+    kill: AtomicBool,
+    data: UnsafeCell<MapData>,
+}
+
+// SAFETY: `data` is touched only by whoever moved `state` to SETUP, BUSY or TAKEN.
+unsafe impl Sync for MapSlot {}
+
+static SLOTS: [MapSlot; MAPS] = [const {
+    MapSlot {
+        state: AtomicU32::new(FREE),
+        addr: AtomicUsize::new(0),
+        len: AtomicUsize::new(0),
+        kill: AtomicBool::new(false),
+        data: UnsafeCell::new(MapData {
+            fd: -1,
+            addr: 0,
+            len: 0,
+            file_off: 0,
+            scan: MapScan::new(0, 0, 0),
+            params: Params {
+                window: 0,
+                prefetch: 0,
+                extra_lookahead: 0,
+            },
+            chunk: 0,
+            pageout: false,
+            released: 0,
+            prefetched: 0,
+        }),
+    }
+}; MAPS];
+
+/// What the mmap hook knows about a new mapping.
+pub struct NewMapping {
+    pub addr: usize,
+    pub len: usize,
+    pub file_off: u64,
+    pub fd: i32,
+    pub file_size: u64,
+    pub dev: u64,
+    pub writable_private: bool,
+}
+
+/// Starts watching a mapping. False when it can't be (table full, file unprovable).
+pub fn track(m: NewMapping, params: Params) -> bool {
+    let Some(i) = (0..MAPS).find(|&i| {
+        SLOTS[i]
+            .state
+            .compare_exchange(FREE, SETUP, Acquire, Relaxed)
+            .is_ok()
+    }) else {
+        return false;
+    };
+    let slot = &SLOTS[i];
+    let release = |s: &MapSlot| s.state.store(FREE, Release);
+    let Some(fd) = effects::reopen(m.fd) else {
+        release(slot);
+        return false;
+    };
+    let end = (m.file_off + m.len as u64).min(m.file_size.next_multiple_of(PAGE));
+    // Residency must be provable, or nothing could ever be dropped.
+    if end <= m.file_off || cachestat(fd, m.file_off, end - m.file_off).is_err() {
+        effects::close_own(fd);
+        release(slot);
+        return false;
+    }
+    let (device_ra, chunk) = crate::prefetch::device(m.dev);
+    let params = params
+        .with_prefetch(crate::prefetch::reach_for(params.prefetch, device_ra))
+        .with_extra_lookahead(MAP_EXTRA_LOOKAHEAD);
+    // SAFETY: the slot is ours (SETUP).
+    let d = unsafe { &mut *slot.data.get() };
+    *d = MapData {
+        fd,
+        addr: m.addr,
+        len: m.len,
+        file_off: m.file_off,
+        scan: MapScan::new(m.file_off, end, device_ra),
+        params,
+        chunk,
+        pageout: !m.writable_private,
+        released: 0,
+        prefetched: 0,
+    };
+    // Before the program can touch a page: the first snapshot.
+    if let Some(r) = d.scan.begin(&d.params) {
+        crate::engine::snapshot(fd, &mut d.scan.read.proof, r);
+    }
+    slot.kill.store(false, Relaxed);
+    slot.addr.store(m.addr, Relaxed);
+    slot.len.store(m.len, Relaxed);
+    slot.state.store(ACTIVE, Release);
+    stats::MAPS_TRACKED.add(1);
+    start_watcher();
+    true
+}
+
+/// Takes every watched mapping overlapping `[addr, addr+len)` away from the watcher,
+/// waiting out a sample in progress. Returns them as a bit set for `release`.
+pub fn take(addr: usize, len: usize) -> u64 {
+    let mut taken = 0u64;
+    let end = addr.saturating_add(len);
+    for (i, s) in SLOTS.iter().enumerate() {
+        let st = s.state.load(Acquire);
+        if st != ACTIVE && st != BUSY {
+            continue;
+        }
+        let (a, l) = (s.addr.load(Relaxed), s.len.load(Relaxed));
+        if a >= end || a.saturating_add(l) <= addr {
+            continue;
+        }
+        loop {
+            match s.state.compare_exchange(ACTIVE, TAKEN, AcqRel, Acquire) {
+                Ok(_) => {
+                    taken |= 1 << i;
+                    // SAFETY: the slot is ours (TAKEN).
+                    catch_up(unsafe { &mut *s.data.get() });
+                    break;
+                }
+                Err(BUSY) => {
+                    s.kill.store(true, Relaxed);
+                    // SAFETY: yields the CPU; a sample takes microseconds to milliseconds.
+                    unsafe { libc::sched_yield() };
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    taken
+}
+
+/// While the mapping still is there: how far has a scan got since the last tick? (A scan
+/// at cached speed moves tens of MiB between ticks; what it read is dropped with the rest.)
+fn catch_up(d: &mut MapData) {
+    let pm = PAGEMAP_FD.load(Relaxed);
+    if pm < 0 || d.scan.read.pattern != crate::policy::Pattern::Sequential {
+        return;
+    }
+    let frontier = follow(d, pm, d.scan.frontier());
+    // Only the position matters now: `release` drops from the last drop to here.
+    let _ = d.scan.sample(
+        MapSample {
+            frontier,
+            ..MapSample::default()
+        },
+        &d.params,
+    );
+}
+
+/// After the real call that made `take` necessary. `gone`: the mapping no longer is what
+/// it was (unmapped, remapped, or the program took over its hints); then what it brought in
+/// is dropped and the slot freed. Otherwise (the call failed) watching resumes.
+pub fn release(taken: u64, gone: bool, drop_pages: bool) {
+    for (i, s) in SLOTS.iter().enumerate() {
+        if taken & (1 << i) == 0 {
+            continue;
+        }
+        if !gone {
+            s.kill.store(false, Relaxed);
+            s.state.store(ACTIVE, Release);
+            continue;
+        }
+        // SAFETY: the slot is ours (TAKEN).
+        let d = unsafe { &mut *s.data.get() };
+        let proof = d.scan.read.proof;
+        if let Some(r) = d.scan.finish() {
+            if drop_pages {
+                drop_owned(d, &proof, r, false);
+            }
+        }
+        effects::close_own(d.fd);
+        d.fd = -1;
+        s.state.store(FREE, Release);
+    }
+}
+
+/// At exit: what the watched mappings brought in goes (they are still mapped, so their
+/// pages are reclaimed through the mapping first).
+pub fn at_exit() {
+    let taken = take(0, usize::MAX);
+    for (i, s) in SLOTS.iter().enumerate() {
+        if taken & (1 << i) == 0 {
+            continue;
+        }
+        // SAFETY: the slot is ours (TAKEN).
+        let d = unsafe { &mut *s.data.get() };
+        let proof = d.scan.read.proof;
+        if let Some(r) = d.scan.finish() {
+            drop_owned(d, &proof, r, true);
+        }
+        s.state.store(TAKEN, Release);
+    }
+}
+
+/// Drops the proven chunks of `r`. `mapped`: the pages may still be mapped by the program,
+/// which fadvise can't drop, so they are reclaimed through the mapping first (MADV_PAGEOUT
+/// skips pages mapped by any other process: someone else's working set).
+fn drop_owned(d: &mut MapData, proof: &Proof, r: Range, mapped: bool) {
+    let r = Range::new(r.start.max(d.file_off), r.end.min(d.scan.end));
+    for run in proof.owned_runs(r).collect::<fixed::Runs>() {
+        let before = cachestat(d.fd, run.start, run.len()).map_or(0, |c| c.cache);
+        if mapped && d.pageout {
+            let end = run.end.min(d.file_off + d.len as u64);
+            if end > run.start {
+                effects::madvise(
+                    d.addr_of(run.start),
+                    (end - run.start) as usize,
+                    libc::MADV_PAGEOUT,
+                );
+            }
+        }
+        stats::DROP_CALLS.add(1);
+        effects::fadvise(d.fd, run, libc::POSIX_FADV_DONTNEED);
+        let after = cachestat(d.fd, run.start, run.len()).map_or(before, |c| c.cache);
+        let n = before.saturating_sub(after);
+        stats::PAGES_RELEASED.add(n);
+        d.released += n * PAGE;
+    }
+}
+
+mod fixed {
+    use crate::policy::Range;
+    /// Up to 64 runs without allocating (a window has at most 32 proof chunks per block).
+    pub struct Runs {
+        v: [Range; 64],
+        n: usize,
+    }
+    impl FromIterator<Range> for Runs {
+        fn from_iter<I: IntoIterator<Item = Range>>(it: I) -> Runs {
+            let mut r = Runs {
+                v: [Range::default(); 64],
+                n: 0,
+            };
+            for x in it {
+                if r.n == 64 {
+                    // Merge the rest into the last run's successor: never drop beyond it.
+                    break;
+                }
+                r.v[r.n] = x;
+                r.n += 1;
+            }
+            r
+        }
+    }
+    impl IntoIterator for Runs {
+        type Item = Range;
+        type IntoIter = std::iter::Take<std::array::IntoIter<Range, 64>>;
+        fn into_iter(self) -> Self::IntoIter {
+            self.v.into_iter().take(self.n)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The watcher thread
+
+const NOT_STARTED: u8 = 0;
+const RUNNING: u8 = 1;
+const FAILED: u8 = 2;
+static WATCHER: AtomicU8 = AtomicU8::new(NOT_STARTED);
+static WAKE: AtomicU32 = AtomicU32::new(0);
+static PAGEMAP_FD: AtomicI32 = AtomicI32::new(-1);
+static LAST_FAULTS: AtomicU64 = AtomicU64::new(0);
+
+fn start_watcher() {
+    if WATCHER
+        .compare_exchange(NOT_STARTED, RUNNING, AcqRel, Acquire)
+        .is_ok()
+    {
+        if !spawn() {
+            WATCHER.store(FAILED, Release);
+        }
+    } else {
+        WAKE.fetch_add(1, SeqCst);
+        futex(libc::FUTEX_WAKE, 1, None);
+    }
+}
+
+fn futex(op: i32, val: u32, timeout: Option<&libc::timespec>) {
+    // SAFETY: WAKE is a static u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            op | libc::FUTEX_PRIVATE_FLAG,
+            val,
+            timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec),
+        );
+    }
+}
+
+fn spawn() -> bool {
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: this thread's signal mask, restored right after; the watcher inherits the
+    // full mask and so never takes a signal meant for the program.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    let ok = std::thread::Builder::new()
+        .name("dropbehind-map".into())
+        .stack_size(128 * 1024)
+        .spawn(watch)
+        .is_ok();
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    ok
+}
+
+fn watch() {
+    let Some(pm) = effects::open_pagemap() else {
+        WATCHER.store(FAILED, Release);
+        return;
+    };
+    PAGEMAP_FD.store(pm, Relaxed);
+    let mut fast = false;
+    loop {
+        let seen = WAKE.load(SeqCst);
+        let faults = effects::page_faults();
+        let faulting = faults.saturating_sub(LAST_FAULTS.swap(faults, Relaxed)) >= QUIET_FAULTS;
+        let mut watched = 0;
+        let mut moved = 0;
+        for s in &SLOTS {
+            if s.state
+                .compare_exchange(ACTIVE, BUSY, AcqRel, Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            watched += 1;
+            // SAFETY: the slot is ours (BUSY) until stored back.
+            let d = unsafe { &mut *s.data.get() };
+            let before = d.scan.frontier();
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                sample(d, pm, faulting, &s.kill)
+            }));
+            moved = moved.max(d.scan.frontier().saturating_sub(before));
+            s.state.store(ACTIVE, Release);
+        }
+        fast = moved >= FAST_SCAN || (fast && moved > 0);
+        let tick = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: if fast { TICK_FAST_NS } else { TICK_NS },
+        };
+        futex(
+            libc::FUTEX_WAIT,
+            seen,
+            if watched > 0 { Some(&tick) } else { None },
+        );
+    }
+}
+
+/// One tick for one mapping.
+fn sample(d: &mut MapData, pm: i32, faulting: bool, kill: &AtomicBool) {
+    let frontier = follow(d, pm, d.scan.frontier());
+    let keep_going = || !kill.load(Relaxed);
+    if d.scan.class == MapClass::Random {
+        if d.scan.unrandom(&MapSample {
+            frontier,
+            ..MapSample::default()
+        }) {
+            effects::madvise(d.addr, d.len, libc::MADV_NORMAL);
+        }
+        return;
+    }
+    let cached = faulting
+        .then(|| cachestat(d.fd, d.scan.start, d.scan.end - d.scan.start).ok())
+        .flatten()
+        .map(|c| c.cache * PAGE);
+    let s = MapSample {
+        frontier,
+        cached,
+        released: d.released,
+        prefetched: d.prefetched,
+    };
+    if cached.is_some() {
+        d.released = 0;
+        d.prefetched = 0;
+    }
+    let was_seq = d.scan.read.pattern == crate::policy::Pattern::Sequential;
+    let act = d.scan.sample(s, &d.params);
+    if !was_seq && d.scan.read.pattern == crate::policy::Pattern::Sequential {
+        stats::MAPS_SEQUENTIAL.add(1);
+    }
+    if let Some(r) = act.read.drop {
+        let proof = d.scan.read.proof;
+        drop_owned(d, &proof, r, true);
+        d.scan.read.dropped(r);
+    }
+    if let Some(r) = act.read.snapshot {
+        crate::engine::snapshot(d.fd, &mut d.scan.read.proof, r);
+    }
+    if let Some(r) = act.read.prefetch {
+        let n = effects::prefetch(d.fd, r, d.chunk, keep_going);
+        stats::PREFETCH_BATCHES.add(1);
+        stats::PREFETCHED.add(n);
+        d.prefetched += n;
+    }
+    if act.locate && keep_going() {
+        locate(d, pm);
+    }
+}
+
+/// The end of the run of mapped pages from `from` (a file offset), read from pagemap.
+fn follow(d: &MapData, pm: i32, from: u64) -> u64 {
+    let mut entries = [0u64; 512];
+    let mut off = from;
+    let limit = d.scan.end.min(from.saturating_add(FOLLOW_MAX));
+    while off < limit {
+        let want = (((limit - off) / PAGE) as usize).clamp(1, entries.len());
+        let n = effects::pagemap(pm, d.addr_of(off), &mut entries[..want]);
+        let present = entries[..n]
+            .iter()
+            .take_while(|e| *e & PAGEMAP_PRESENT != 0)
+            .count();
+        off += present as u64 * PAGE;
+        if present < n || n == 0 {
+            break;
+        }
+    }
+    off.min(d.scan.end)
+}
+
+/// Unexplained growth: finds the most cached window of the mapping (cachestat, 16 parts
+/// at a time) and measures how densely the program has mapped it.
+fn locate(d: &mut MapData, pm: i32) {
+    let mut r = Range::new(d.scan.start, d.scan.end);
+    while r.len() > LOCATE_WINDOW {
+        let part = r.len().div_ceil(16).next_multiple_of(PAGE);
+        let mut best = (0, Range::new(r.start, (r.start + part).min(r.end)));
+        let mut s = r.start;
+        while s < r.end {
+            let p = Range::new(s, (s + part).min(r.end));
+            let c = cachestat(d.fd, p.start, p.len()).map_or(0, |c| c.cache);
+            if c > best.0 {
+                best = (c, p);
+            }
+            s += part;
+        }
+        if best.0 == 0 {
+            return;
+        }
+        r = best.1;
+    }
+    let cached = cachestat(d.fd, r.start, r.len()).map_or(0, |c| c.cache);
+    let mut entries = [0u64; (LOCATE_WINDOW / PAGE) as usize];
+    let n = ((r.len() / PAGE) as usize).min(entries.len());
+    let got = effects::pagemap(pm, d.addr_of(r.start), &mut entries[..n]);
+    let mapped = entries[..got]
+        .iter()
+        .filter(|e| *e & PAGEMAP_PRESENT != 0)
+        .count() as u64;
+    let run_end = (got > 0 && entries[got - 1] & PAGEMAP_PRESENT != 0)
+        .then(|| follow(d, pm, r.start + got as u64 * PAGE));
+    if d.scan.located(cached, mapped, run_end) {
+        effects::madvise(d.addr, d.len, libc::MADV_RANDOM);
+        stats::MAPS_RANDOM.add(1);
+        crate::debug!(
+            "mapping {:#x}+{}: {mapped} of {cached} cached pages mapped: MADV_RANDOM",
+            d.addr,
+            d.len
+        );
+    }
+}
+
+/// In a forked child: the watcher does not exist there, and the shim's fds are the
+/// parent's business (closed here, the child keeps the mappings untouched).
+pub fn after_fork_child() {
+    for s in &SLOTS {
+        let st = s.state.load(Relaxed);
+        if st != FREE {
+            // SAFETY: only this thread exists in the child.
+            let d = unsafe { &mut *s.data.get() };
+            if d.fd >= 0 && st != SETUP {
+                effects::close_own(d.fd);
+            }
+            d.fd = -1;
+            s.state.store(FREE, Relaxed);
+        }
+    }
+    let pm = PAGEMAP_FD.swap(-1, Relaxed);
+    if pm >= 0 {
+        effects::close_own(pm);
+    }
+    WATCHER.store(NOT_STARTED, Relaxed);
+    WAKE.store(0, Relaxed);
+}
