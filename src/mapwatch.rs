@@ -63,6 +63,9 @@ struct MapData {
     pageout: bool,
     released: u64,
     prefetched: u64,
+    /// Nothing of the mapped range was cached at mmap: everything cached later was brought
+    /// in by the program (or its readahead), even where a lagging sample proved nothing.
+    cold: bool,
 }
 
 impl MapData {
@@ -105,6 +108,7 @@ static SLOTS: [MapSlot; MAPS] = [const {
             pageout: false,
             released: 0,
             prefetched: 0,
+            cold: false,
         }),
     }
 }; MAPS];
@@ -138,11 +142,14 @@ pub fn track(m: NewMapping, params: Params) -> bool {
     };
     let end = (m.file_off + m.len as u64).min(m.file_size.next_multiple_of(PAGE));
     // Residency must be provable, or nothing could ever be dropped.
-    if end <= m.file_off || cachestat(fd, m.file_off, end - m.file_off).is_err() {
+    let Some(cached) = (end > m.file_off)
+        .then(|| cachestat(fd, m.file_off, end - m.file_off).ok())
+        .flatten()
+    else {
         effects::close_own(fd);
         release(slot);
         return false;
-    }
+    };
     let (device_ra, chunk) = crate::prefetch::device(m.dev);
     let params = params
         .with_prefetch(crate::prefetch::reach_for(params.prefetch, device_ra))
@@ -160,6 +167,7 @@ pub fn track(m: NewMapping, params: Params) -> bool {
         pageout: !m.writable_private,
         released: 0,
         prefetched: 0,
+        cold: cached.cache == 0,
     };
     // Before the program can touch a page: the first snapshot.
     if let Some(r) = d.scan.begin(&d.params) {
@@ -276,7 +284,12 @@ pub fn at_exit() {
 /// skips pages mapped by any other process: someone else's working set).
 fn drop_owned(d: &mut MapData, proof: &Proof, r: Range, mapped: bool) {
     let r = Range::new(r.start.max(d.file_off), r.end.min(d.scan.end));
-    for run in proof.owned_runs(r).collect::<fixed::Runs>() {
+    let runs = if d.cold {
+        std::iter::once(r).collect::<fixed::Runs>()
+    } else {
+        proof.owned_runs(r).collect::<fixed::Runs>()
+    };
+    for run in runs {
         let before = cachestat(d.fd, run.start, run.len()).map_or(0, |c| c.cache);
         if mapped && d.pageout {
             let end = run.end.min(d.file_off + d.len as u64);
@@ -292,6 +305,12 @@ fn drop_owned(d: &mut MapData, proof: &Proof, r: Range, mapped: bool) {
         effects::fadvise(d.fd, run, libc::POSIX_FADV_DONTNEED);
         let after = cachestat(d.fd, run.start, run.len()).map_or(before, |c| c.cache);
         let n = before.saturating_sub(after);
+        crate::debug!(
+            "mapping {:#x}: drop {}..{} MiB: {before} -> {after} pages",
+            d.addr,
+            run.start >> 20,
+            run.end >> 20
+        );
         stats::PAGES_RELEASED.add(n);
         d.released += n * PAGE;
     }
@@ -452,12 +471,18 @@ fn sample(d: &mut MapData, pm: i32, faulting: bool, kill: &AtomicBool) {
         released: d.released,
         prefetched: d.prefetched,
     };
-    if cached.is_some() {
-        d.released = 0;
-        d.prefetched = 0;
-    }
+    d.released = 0;
+    d.prefetched = 0;
     let was_seq = d.scan.read.pattern == crate::policy::Pattern::Sequential;
     let act = d.scan.sample(s, &d.params);
+    crate::debug!(
+        "sample frontier {} MiB cached {:?} MiB released {} prefetched {} -> {:?}",
+        frontier >> 20,
+        cached.map(|c| c >> 20),
+        s.released >> 20,
+        s.prefetched >> 20,
+        act
+    );
     if !was_seq && d.scan.read.pattern == crate::policy::Pattern::Sequential {
         stats::MAPS_SEQUENTIAL.add(1);
     }
@@ -503,6 +528,7 @@ fn follow(d: &MapData, pm: i32, from: u64) -> u64 {
 /// Unexplained growth: finds the most cached window of the mapping (cachestat, 16 parts
 /// at a time) and measures how densely the program has mapped it.
 fn locate(d: &mut MapData, pm: i32) {
+    let lead = d.scan.lead(&d.params);
     let mut r = Range::new(d.scan.start, d.scan.end);
     while r.len() > LOCATE_WINDOW {
         let part = r.len().div_ceil(16).next_multiple_of(PAGE);
@@ -510,7 +536,7 @@ fn locate(d: &mut MapData, pm: i32) {
         let mut s = r.start;
         while s < r.end {
             let p = Range::new(s, (s + part).min(r.end));
-            let c = cachestat(d.fd, p.start, p.len()).map_or(0, |c| c.cache);
+            let c = cached_outside(d.fd, p, lead);
             if c > best.0 {
                 best = (c, p);
             }
@@ -540,6 +566,19 @@ fn locate(d: &mut MapData, pm: i32) {
             d.len
         );
     }
+}
+
+/// Pages of `p` in the cache, not counting those in `skip`.
+fn cached_outside(fd: i32, p: Range, skip: Range) -> u64 {
+    let count = |r: Range| {
+        if r.is_empty() {
+            0
+        } else {
+            cachestat(fd, r.start, r.len()).map_or(0, |c| c.cache)
+        }
+    };
+    let overlap = Range::new(p.start.max(skip.start), p.end.min(skip.end));
+    count(p).saturating_sub(count(overlap))
 }
 
 /// In a forked child: the watcher does not exist there, and the shim's fds are the

@@ -761,7 +761,12 @@ impl MapScan {
                 act.read.drop = eof.drop.or(act.read.drop);
             }
         }
-        if let Some(cached) = s.cached {
+        let Some(cached) = s.cached else {
+            // Growth can only be judged between consecutive measurements.
+            self.last_cached = None;
+            return act;
+        };
+        {
             if let Some(last) = self.last_cached {
                 // Growth not explained by the scan or our prefetch. A scan's kernel
                 // readahead keeps a bounded lead, allowed for in the threshold below.
@@ -773,6 +778,13 @@ impl MapScan {
                 && self.unexplained >= MAP_GROWTH_LOOK + 2 * self.device_ra;
         }
         act
+    }
+
+    /// Where a scan's own cached pages can be, unmapped yet: just ahead of the frontier (its
+    /// fault readahead and our prefetch). `locate` looks elsewhere.
+    pub fn lead(&self, p: &Params) -> Range {
+        let f = self.frontier();
+        Range::new(f, f + 2 * self.device_ra + p.prefetch + MIB)
     }
 
     /// The answer to `locate`: a window of `cached` pages of which `mapped` are mapped, and
