@@ -42,6 +42,8 @@ const MAP_EXTRA_LOOKAHEAD: u64 = 96 * MIB;
 /// The window whose mapped density decides between a scan and scattered faults.
 const LOCATE_WINDOW: u64 = MIB;
 
+const RECENT: usize = 8;
+
 const FREE: u32 = 0;
 const SETUP: u32 = 1;
 const ACTIVE: u32 = 2;
@@ -63,6 +65,10 @@ struct MapData {
     pageout: bool,
     released: u64,
     prefetched: u64,
+    /// The last runs dropped: dropped again at munmap, because pages turn up there again
+    /// (seen here: a few MiB back in the cache behind a scan's end-of-mapping drop,
+    /// without having been read again).
+    recent: [Range; RECENT],
     /// Nothing of the mapped range was cached at mmap: everything cached later was brought
     /// in by the program (or its readahead), even where a lagging sample proved nothing.
     cold: bool,
@@ -108,6 +114,7 @@ static SLOTS: [MapSlot; MAPS] = [const {
             pageout: false,
             released: 0,
             prefetched: 0,
+            recent: [Range { start: 0, end: 0 }; RECENT],
             cold: false,
         }),
     }
@@ -167,6 +174,7 @@ pub fn track(m: NewMapping, params: Params) -> bool {
         pageout: !m.writable_private,
         released: 0,
         prefetched: 0,
+        recent: [Range::default(); RECENT],
         cold: cached.cache == 0,
     };
     // Before the program can touch a page: the first snapshot.
@@ -255,6 +263,13 @@ pub fn release(taken: u64, gone: bool, drop_pages: bool) {
                 drop_owned(d, &proof, r, false);
             }
         }
+        if drop_pages {
+            for run in d.recent {
+                if !run.is_empty() {
+                    effects::fadvise(d.fd, run, libc::POSIX_FADV_DONTNEED);
+                }
+            }
+        }
         effects::close_own(d.fd);
         d.fd = -1;
         s.state.store(FREE, Release);
@@ -274,6 +289,11 @@ pub fn at_exit() {
         let proof = d.scan.read.proof;
         if let Some(r) = d.scan.finish() {
             drop_owned(d, &proof, r, true);
+        }
+        for run in d.recent {
+            if !run.is_empty() {
+                effects::fadvise(d.fd, run, libc::POSIX_FADV_DONTNEED);
+            }
         }
         s.state.store(TAKEN, Release);
     }
@@ -313,6 +333,8 @@ fn drop_owned(d: &mut MapData, proof: &Proof, r: Range, mapped: bool) {
         );
         stats::PAGES_RELEASED.add(n);
         d.released += n * PAGE;
+        d.recent.rotate_right(1);
+        d.recent[0] = run;
     }
 }
 

@@ -77,7 +77,7 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
         crate::dirprefetch::DIRS_WARM.load(R),
         crate::dirprefetch::INODES_WARMED.load(R),
     );
-    if FILES_TRACKED.get() == 0 && dirs + warm == 0 {
+    if FILES_TRACKED.get() + MAPS_TRACKED.get() == 0 && dirs + warm == 0 {
         return None;
     }
     let sz = |c: &Counter| format_size(c.get());
