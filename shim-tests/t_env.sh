@@ -6,7 +6,7 @@ d=$(scratch); trap 'rm -rf "$d"' EXIT
 make_file "$d/f" 8
 want=$(sha256sum <"$d/f")
 
-for var in DROPBEHIND_WINDOW DROPBEHIND_MIN_SIZE DROPBEHIND_BACKEND DROPBEHIND_LOG DROPBEHIND_LOG_FD DROPBEHIND_STATS DROPBEHIND_EXCLUDE; do
+for var in DROPBEHIND_WINDOW DROPBEHIND_MIN_SIZE DROPBEHIND_BACKEND DROPBEHIND_LOG DROPBEHIND_LOG_FD DROPBEHIND_STATS DROPBEHIND_EXCLUDE DROPBEHIND_READAHEAD DROPBEHIND_MMAP; do
     for val in "garbage" "-1" "99999999999999999999999999" "1Q"; do
         [ "$var" = DROPBEHIND_EXCLUDE ] && [ "$val" != garbage ] && continue
         out=$(env "$var=$val" LD_PRELOAD="$LIB" sha256sum <"$d/f" 2>"$d/err"); rc=$?

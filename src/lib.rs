@@ -6,8 +6,10 @@
 //! - `policy`: pure code from I/O events to actions, unit-tested with synthetic traces;
 //! - `effects`: the page-cache syscalls (fadvise, preadv2, sync_file_range, cachestat).
 //!
-//! `engine` joins them; `fdtable` holds per-fd state; `dirprefetch` warms the inodes of big
-//! directories; `config`, `stats` and `log` are what their names say.
+//! `engine` joins them; `fdtable` holds per-fd state; `prefetch` issues readahead for read
+//! streams from a helper thread; `mapwatch` samples big file mappings and applies the same
+//! policy to them; `dirprefetch` warms the inodes of big directories; `config`, `stats` and
+//! `log` are what their names say.
 
 pub mod config;
 pub mod dirprefetch;
