@@ -4,10 +4,13 @@
 # mounted. Every request to the "disk" then costs DELAY ms, like a seek on a hard disk.
 #
 #   scripts/slowdisk.sh up DIR [--fs ext4|xfs|btrfs] [--delay-ms 2] [--size 4G] [--ra-kb 128]
+#                              [--image FILE]
 #   scripts/slowdisk.sh down DIR
 #   scripts/slowdisk.sh check      (exit 0 if this machine can build one; says why not)
 #
-# `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
+# `--image FILE` serves a filesystem image made beforehand (scripts/aged-image.sh) through
+# nbdkit's file plugin instead of a fresh, empty memory disk; writes stay in nbdkit's memory
+# (cow filter), so the image is never changed. `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
 # loop devices. The loop device's read_ahead_kb is pinned (default 128, the usual disk
 # default): fresh loop devices here came up with 128 once and 2560 another time.
 set -euo pipefail
@@ -21,15 +24,25 @@ check() {
     losetup -f >/dev/null 2>&1 || die "no free loop device"
 }
 
+mkfs_for() { # FS DEVICE
+    case $1 in
+        ext4) mkfs.ext4 -q -F -i 4096 "$2" ;;  # room for a million small files
+        xfs) mkfs.xfs -q -f "$2" ;;
+        btrfs) mkfs.btrfs -q -f "$2" >/dev/null ;;
+        *) die "unknown filesystem $1" ;;
+    esac
+}
+
 up() {
     local dir=$1; shift
-    local fs=ext4 delay=2 size=4G ra=128
+    local fs=ext4 delay=2 size=4G ra=128 image=
     while [ $# -gt 0 ]; do
         case $1 in
             --fs) fs=$2; shift 2 ;;
             --delay-ms) delay=$2; shift 2 ;;
             --size) size=$2; shift 2 ;;
             --ra-kb) ra=$2; shift 2 ;;
+            --image) image=$(realpath "$2"); shift 2 ;;
             *) die "unknown option $1" ;;
         esac
     done
@@ -39,9 +52,16 @@ up() {
     rm -f "$dir/nbd.sock"  # a stale socket makes nbdkit refuse to start
     # Both daemons get their own output files: an inherited stdout would keep a caller's
     # $(slowdisk.sh up ...) waiting for ever.
-    nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
-        --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
-        </dev/null >"$dir/nbdkit.log" 2>&1
+    if [ -n "$image" ]; then
+        [ -f "$image" ] || die "no image $image"
+        nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
+            --filter=cow --filter=delay file "$image" rdelay="${delay}ms" wdelay="${delay}ms" \
+            </dev/null >"$dir/nbdkit.log" 2>&1
+    else
+        nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
+            --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
+            </dev/null >"$dir/nbdkit.log" 2>&1
+    fi
     for _ in $(seq 50); do [ -S "$dir/nbd.sock" ] && break; sleep 0.1; done
     nbdfuse -C 16 "$dir/fuse/disk" --unix "$dir/nbd.sock" </dev/null >"$dir/nbdfuse.log" 2>&1 &
     echo $! >"$dir/nbdfuse.pid"
@@ -51,11 +71,7 @@ up() {
     loop=$(losetup --direct-io=on -f --show "$dir/fuse/disk")
     echo "$loop" >"$dir/loop"
     echo "$ra" >"/sys/block/$(basename "$loop")/queue/read_ahead_kb"
-    case $fs in
-        ext4) mkfs.ext4 -q -F -i 4096 "$loop" ;;  # room for a million small files
-        xfs) mkfs.xfs -q -f "$loop" ;;
-        btrfs) mkfs.btrfs -q -f "$loop" >/dev/null ;;
-    esac
+    [ -n "$image" ] || mkfs_for "$fs" "$loop"
     mount "$loop" "$dir/mnt"
     mountpoint -q "$dir/mnt" || die "mount failed"
     echo "$ra" >"/sys/block/$(basename "$loop")/queue/read_ahead_kb"
@@ -76,5 +92,6 @@ case ${1:-} in
     up) shift; [ $# -ge 1 ] || die "usage: slowdisk.sh up DIR [options]"; up "$@" ;;
     down) shift; [ $# -ge 1 ] || die "usage: slowdisk.sh down DIR"; down "$1" ;;
     check) check ;;
+    mkfs) shift; mkfs_for "$@" ;;
     *) die "usage: slowdisk.sh up DIR [--fs F] [--delay-ms N] [--size S] [--ra-kb N] | down DIR | check" ;;
 esac

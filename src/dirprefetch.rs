@@ -38,6 +38,8 @@ pub fn reset_counters() {
 /// Worker threads alive in this process, across all directories.
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
 const MAX_WORKERS: usize = 64;
+/// Entries (sorted by inode) a worker takes at a time.
+const RUN: usize = 64;
 
 /// A probe stat slower than this means the inode came from the device.
 const PROBE_COLD_US: u128 = 30;
@@ -240,12 +242,19 @@ fn work(job: &Job) {
     let Some(entries) = job.entries.get() else {
         return;
     };
+    // Runs of neighbouring inodes per thread: threads taking one entry at a time all wait
+    // on the same inode block, which keeps one read in flight instead of one per thread.
     while !job.cancel.load(Ordering::Relaxed) {
-        let i = job.next.fetch_add(1, Ordering::Relaxed);
-        let Some((_, name)) = entries.get(i) else {
+        let first = job.next.fetch_add(RUN, Ordering::Relaxed);
+        if first >= entries.len() {
             break;
-        };
-        statx_nofollow(job.fd.0, name);
+        }
+        for (_, name) in &entries[first..(first + RUN).min(entries.len())] {
+            if job.cancel.load(Ordering::Relaxed) {
+                return;
+            }
+            statx_nofollow(job.fd.0, name);
+        }
     }
 }
 
