@@ -55,7 +55,7 @@ up() {
     if [ -n "$image" ]; then
         [ -f "$image" ] || die "no image $image"
         nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
-            --filter=cow --filter=delay file "$image" rdelay="${delay}ms" wdelay="${delay}ms" \
+            --filter=delay --filter=cow file "$image" rdelay="${delay}ms" wdelay="${delay}ms" \
             </dev/null >"$dir/nbdkit.log" 2>&1
     else
         nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \

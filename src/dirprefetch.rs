@@ -49,6 +49,8 @@ struct Job {
     cancel: AtomicBool,
     next: AtomicUsize,
     entries: std::sync::OnceLock<Vec<(u64, CString)>>,
+    /// When the stat pass began (for the debug log).
+    started: std::sync::OnceLock<Instant>,
 }
 
 /// An fd of our own, closed when dropped.
@@ -168,6 +170,7 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         cancel: AtomicBool::new(false),
         next: AtomicUsize::new(0),
         entries: std::sync::OnceLock::new(),
+        started: std::sync::OnceLock::new(),
     });
     if spawn(job.clone(), cfg.threads, true) {
         DIRS_PREFETCHED.fetch_add(1, Ordering::Relaxed);
@@ -218,7 +221,14 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
         .stack_size(256 * 1024)
         .spawn(move || {
             if leader {
+                let t0 = Instant::now();
                 let entries = list(job.fd.0, threads);
+                crate::debug!(
+                    "directory prefetch: {} entries listed in {} ms",
+                    entries.len(),
+                    t0.elapsed().as_millis()
+                );
+                let _ = job.started.set(Instant::now());
                 INODES_WARMED.fetch_add(entries.len(), Ordering::Relaxed);
                 let _ = job.entries.set(entries);
                 for _ in 1..threads {
@@ -248,6 +258,14 @@ fn work(job: &Job) {
         let first = job.next.fetch_add(RUN, Ordering::Relaxed);
         if first >= entries.len() {
             break;
+        }
+        if first + RUN >= entries.len() {
+            if let Some(t) = job.started.get() {
+                crate::debug!(
+                    "directory prefetch: last run of stats taken after {} ms",
+                    t.elapsed().as_millis()
+                );
+            }
         }
         for (_, name) in &entries[first..(first + RUN).min(entries.len())] {
             if job.cancel.load(Ordering::Relaxed) {
