@@ -37,6 +37,12 @@ pub fn reset_counters() {
     }
 }
 
+/// Worker threads alive now (the map watcher counts them when it checks whether the
+/// program still has threads of its own).
+pub fn workers() -> usize {
+    WORKERS.load(Ordering::Relaxed)
+}
+
 /// Worker threads alive in this process, across all directories.
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
 const MAX_WORKERS: usize = 64;
@@ -142,18 +148,7 @@ fn own_dir_fd(dirfd: i32) -> Option<OwnFd> {
     if fd < 0 {
         return None;
     }
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes `lim`.
-    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    let floor = (lim.rlim_cur.min(1 << 20) as i64 - 256).max(64);
-    // SAFETY: plain fcntl on our own fd.
-    let high = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, floor) } as i32;
-    // SAFETY: closing our own low fd.
-    unsafe { libc::syscall(libc::SYS_close, fd) };
-    (high >= 0).then_some(OwnFd(high))
+    crate::effects::move_high(fd).map(OwnFd)
 }
 
 /// One getdents64 batch: (inode, name, d_off) of each entry but "." and "..".

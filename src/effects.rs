@@ -349,7 +349,9 @@ pub fn move_high(fd: i32) -> Option<i32> {
     };
     // SAFETY: getrlimit writes `lim`; fcntl and close on our own fd.
     unsafe { libc::syscall(libc::SYS_getrlimit, libc::RLIMIT_NOFILE, &mut lim) };
-    let floor = (lim.rlim_cur.min(1 << 20) as i64 - 256).max(64);
+    // High, but not so high that the kernel grows the fd table (copied at every fork) to
+    // a million slots where the soft limit is that big.
+    let floor = (lim.rlim_cur.min(1024) as i64 - 64).max(64);
     let high = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, floor) } as i32;
     unsafe { libc::syscall(libc::SYS_close, fd) };
     (high >= 0).then_some(high)
@@ -412,4 +414,29 @@ pub fn open_pagemap() -> Option<i32> {
         )
     } as i32;
     if fd < 0 { None } else { move_high(fd) }
+}
+
+/// Threads in this process (/proc/self/stat, field 20).
+pub fn thread_count() -> Option<u64> {
+    let _e = ErrnoGuard::new();
+    let mut buf = [0u8; 1024];
+    // SAFETY: NUL-terminated path; `buf` outlives the read.
+    let n = unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/self/stat".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        n
+    };
+    let text = std::str::from_utf8(&buf[..n.max(0) as usize]).ok()?;
+    // Fields after the command name, which may hold spaces and parentheses.
+    let rest = &text[text.rfind(')')? + 1..];
+    rest.split_whitespace().nth(17)?.parse().ok()
 }

@@ -54,6 +54,9 @@ pub fn disable() {
     for slot in fdtable::all() {
         slot.forget_fast();
     }
+    // Helper threads stop before the sandbox could kill the process for their syscalls.
+    crate::prefetch::shutdown();
+    crate::mapwatch::shutdown();
 }
 
 #[inline]
@@ -992,6 +995,7 @@ pub fn mapped(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: i64)
             fd,
             file_size: id.size,
             dev: id.dev,
+            ino: id.ino,
             writable_private: flags & libc::MAP_SHARED == 0 && prot & libc::PROT_WRITE != 0,
         };
         if crate::mapwatch::track(m, eng.params.with_prefetch(eng.cfg.readahead)) {
@@ -1002,14 +1006,30 @@ pub fn mapped(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: i64)
 
 /// Before a call that unmaps or replaces `[addr, addr+len)`, or gives it the program's own
 /// readahead hint: the watcher lets go of mappings there. Hand the result to `unmapped`.
-pub fn unmapping(addr: usize, len: usize) -> u64 {
-    contained(|_| crate::mapwatch::take(addr, len))
+/// Works even once the shim is disabled: slots still watched must never be acted on
+/// after their range changed.
+pub fn unmapping(addr: usize, len: usize, mine: u64) -> u64 {
+    if crate::mapwatch::stopped() {
+        return 0;
+    }
+    let Some(_g) = ShimGuard::enter() else {
+        return 0;
+    };
+    let _e = ErrnoGuard::new();
+    catch_unwind(AssertUnwindSafe(|| crate::mapwatch::take(addr, len, mine))).unwrap_or(0)
 }
 
 /// After that call: `done` says whether it succeeded; `drop_pages`: whether what the
 /// mappings brought in should go (not when the program took over with its own hint).
 pub fn unmapped(taken: u64, done: bool, drop_pages: bool) {
-    if taken != 0 {
-        contained(|_| crate::mapwatch::release(taken, done, drop_pages))
+    if taken == 0 {
+        return;
     }
+    let Some(_g) = ShimGuard::enter() else {
+        return;
+    };
+    let _e = ErrnoGuard::new();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        crate::mapwatch::release(taken, done, drop_pages && !crate::mapwatch::stopped())
+    }));
 }

@@ -49,6 +49,8 @@ const SETUP: u32 = 1;
 const ACTIVE: u32 = 2;
 const BUSY: u32 = 3;
 const TAKEN: u32 = 4;
+/// At exit, or once the shim is disabled: never touched again.
+const DEAD: u32 = 5;
 
 struct MapData {
     /// The shim's own fd of the mapped file.
@@ -128,11 +130,15 @@ pub struct NewMapping {
     pub fd: i32,
     pub file_size: u64,
     pub dev: u64,
+    pub ino: u64,
     pub writable_private: bool,
 }
 
 /// Starts watching a mapping. False when it can't be (table full, file unprovable).
 pub fn track(m: NewMapping, params: Params) -> bool {
+    if STOP.load(Relaxed) {
+        return false;
+    }
     let Some(i) = (0..MAPS).find(|&i| {
         SLOTS[i]
             .state
@@ -143,10 +149,21 @@ pub fn track(m: NewMapping, params: Params) -> bool {
     };
     let slot = &SLOTS[i];
     let release = |s: &MapSlot| s.state.store(FREE, Release);
+    // SAFETY: the slot is ours (SETUP).
+    let d = unsafe { &mut *slot.data.get() };
     let Some(fd) = effects::reopen(m.fd) else {
         release(slot);
         return false;
     };
+    d.fd = fd;
+    // The program's fd may have been closed or replaced since it was looked at.
+    let same = effects::identify(fd).is_some_and(|id| id.dev == m.dev && id.ino == m.ino);
+    if !same {
+        effects::close_own(fd);
+        d.fd = -1;
+        release(slot);
+        return false;
+    }
     let end = (m.file_off + m.len as u64).min(m.file_size.next_multiple_of(PAGE));
     // Residency must be provable, or nothing could ever be dropped.
     let Some(cached) = (end > m.file_off)
@@ -154,6 +171,7 @@ pub fn track(m: NewMapping, params: Params) -> bool {
         .flatten()
     else {
         effects::close_own(fd);
+        d.fd = -1;
         release(slot);
         return false;
     };
@@ -161,8 +179,6 @@ pub fn track(m: NewMapping, params: Params) -> bool {
     let params = params
         .with_prefetch(crate::prefetch::reach_for(params.prefetch, device_ra))
         .with_extra_lookahead(MAP_EXTRA_LOOKAHEAD);
-    // SAFETY: the slot is ours (SETUP).
-    let d = unsafe { &mut *slot.data.get() };
     *d = MapData {
         fd,
         addr: m.addr,
@@ -186,38 +202,68 @@ pub fn track(m: NewMapping, params: Params) -> bool {
     slot.len.store(m.len, Relaxed);
     slot.state.store(ACTIVE, Release);
     stats::MAPS_TRACKED.add(1);
+    register_at_exit();
     start_watcher();
     true
 }
 
+/// Mappings still there at exit are dropped then (the usual case: programs rarely unmap).
+fn register_at_exit() {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    if !REGISTERED.swap(true, AcqRel) {
+        // SAFETY: registering a plain function.
+        unsafe { libc::atexit(at_exit_handler) };
+    }
+}
+
+extern "C" fn at_exit_handler() {
+    let Some(_g) = crate::engine::ShimGuard::enter() else {
+        return;
+    };
+    let _e = effects::ErrnoGuard::new();
+    let _ = std::panic::catch_unwind(at_exit);
+}
+
 /// Takes every watched mapping overlapping `[addr, addr+len)` away from the watcher,
-/// waiting out a sample in progress. Returns them as a bit set for `release`.
-pub fn take(addr: usize, len: usize) -> u64 {
+/// waiting out a sample in progress, or another thread's unmap of it. `mine`: slots this
+/// thread already holds (mremap takes two ranges). Returns them as a bit set for `release`.
+pub fn take(addr: usize, len: usize, mine: u64) -> u64 {
     let mut taken = 0u64;
     let end = addr.saturating_add(len);
-    for (i, s) in SLOTS.iter().enumerate() {
-        let st = s.state.load(Acquire);
-        if st != ACTIVE && st != BUSY {
-            continue;
-        }
+    let overlaps = |s: &MapSlot| {
         let (a, l) = (s.addr.load(Relaxed), s.len.load(Relaxed));
-        if a >= end || a.saturating_add(l) <= addr {
+        a < end && a.saturating_add(l) > addr
+    };
+    for (i, s) in SLOTS.iter().enumerate() {
+        if mine & (1 << i) != 0 {
             continue;
         }
         loop {
-            match s.state.compare_exchange(ACTIVE, TAKEN, AcqRel, Acquire) {
-                Ok(_) => {
+            match s.state.load(Acquire) {
+                ACTIVE if overlaps(s) => {
+                    if s.state
+                        .compare_exchange(ACTIVE, TAKEN, AcqRel, Acquire)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    // The slot may have been freed and reused between the check and the CAS.
+                    if !overlaps(s) {
+                        s.state.store(ACTIVE, Release);
+                        break;
+                    }
                     taken |= 1 << i;
                     // SAFETY: the slot is ours (TAKEN).
                     catch_up(unsafe { &mut *s.data.get() });
                     break;
                 }
-                Err(BUSY) => {
+                BUSY | TAKEN if overlaps(s) => {
                     s.kill.store(true, Relaxed);
-                    // SAFETY: yields the CPU; a sample takes microseconds to milliseconds.
+                    // SAFETY: yields the CPU; a sample, or another thread's munmap, takes
+                    // microseconds to milliseconds.
                     unsafe { libc::sched_yield() };
                 }
-                Err(_) => break,
+                _ => break,
             }
         }
     }
@@ -279,7 +325,8 @@ pub fn release(taken: u64, gone: bool, drop_pages: bool) {
 /// At exit: what the watched mappings brought in goes (they are still mapped, so their
 /// pages are reclaimed through the mapping first).
 pub fn at_exit() {
-    let taken = take(0, usize::MAX);
+    STOP.store(true, SeqCst);
+    let taken = take(0, usize::MAX, 0);
     for (i, s) in SLOTS.iter().enumerate() {
         if taken & (1 << i) == 0 {
             continue;
@@ -295,7 +342,7 @@ pub fn at_exit() {
                 effects::fadvise(d.fd, run, libc::POSIX_FADV_DONTNEED);
             }
         }
-        s.state.store(TAKEN, Release);
+        s.state.store(DEAD, Release);
     }
 }
 
@@ -304,12 +351,9 @@ pub fn at_exit() {
 /// skips pages mapped by any other process: someone else's working set).
 fn drop_owned(d: &mut MapData, proof: &Proof, r: Range, mapped: bool) {
     let r = Range::new(r.start.max(d.file_off), r.end.min(d.scan.end));
-    let runs = if d.cold {
-        std::iter::once(r).collect::<fixed::Runs>()
-    } else {
-        proof.owned_runs(r).collect::<fixed::Runs>()
-    };
-    for run in runs {
+    let cold = d.cold.then_some(r);
+    let proven = (!d.cold).then(|| proof.owned_runs(r)).into_iter().flatten();
+    for run in cold.into_iter().chain(proven) {
         let before = cachestat(d.fd, run.start, run.len()).map_or(0, |c| c.cache);
         if mapped && d.pageout {
             let end = run.end.min(d.file_off + d.len as u64);
@@ -338,39 +382,6 @@ fn drop_owned(d: &mut MapData, proof: &Proof, r: Range, mapped: bool) {
     }
 }
 
-mod fixed {
-    use crate::policy::Range;
-    /// Up to 64 runs without allocating (a window has at most 32 proof chunks per block).
-    pub struct Runs {
-        v: [Range; 64],
-        n: usize,
-    }
-    impl FromIterator<Range> for Runs {
-        fn from_iter<I: IntoIterator<Item = Range>>(it: I) -> Runs {
-            let mut r = Runs {
-                v: [Range::default(); 64],
-                n: 0,
-            };
-            for x in it {
-                if r.n == 64 {
-                    // Merge the rest into the last run's successor: never drop beyond it.
-                    break;
-                }
-                r.v[r.n] = x;
-                r.n += 1;
-            }
-            r
-        }
-    }
-    impl IntoIterator for Runs {
-        type Item = Range;
-        type IntoIter = std::iter::Take<std::array::IntoIter<Range, 64>>;
-        fn into_iter(self) -> Self::IntoIter {
-            self.v.into_iter().take(self.n)
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The watcher thread
 
@@ -381,13 +392,20 @@ static WATCHER: AtomicU8 = AtomicU8::new(NOT_STARTED);
 static WAKE: AtomicU32 = AtomicU32::new(0);
 static PAGEMAP_FD: AtomicI32 = AtomicI32::new(-1);
 static LAST_FAULTS: AtomicU64 = AtomicU64::new(0);
+/// Set when the shim is disabled (a sandbox is coming) or at exit: the watcher stops.
+static STOP: AtomicBool = AtomicBool::new(false);
+static EXITED: AtomicBool = AtomicBool::new(true);
+/// Ticks between checks that the program still has a thread of its own.
+const ALIVE_CHECK_TICKS: u32 = 100;
 
 fn start_watcher() {
     if WATCHER
         .compare_exchange(NOT_STARTED, RUNNING, AcqRel, Acquire)
         .is_ok()
     {
+        EXITED.store(false, SeqCst);
         if !spawn() {
+            EXITED.store(true, SeqCst);
             WATCHER.store(FAILED, Release);
         }
     } else {
@@ -428,13 +446,27 @@ fn spawn() -> bool {
 }
 
 fn watch() {
-    let Some(pm) = effects::open_pagemap() else {
-        WATCHER.store(FAILED, Release);
-        return;
+    let pm = match PAGEMAP_FD.load(Relaxed) {
+        -1 => match effects::open_pagemap() {
+            Some(pm) => {
+                PAGEMAP_FD.store(pm, Relaxed);
+                pm
+            }
+            None => {
+                WATCHER.store(FAILED, Release);
+                EXITED.store(true, SeqCst);
+                return;
+            }
+        },
+        pm => pm,
     };
-    PAGEMAP_FD.store(pm, Relaxed);
     let mut fast = false;
+    let mut ticks = 0u32;
     loop {
+        ticks = ticks.wrapping_add(1);
+        if STOP.load(SeqCst) || (ticks % ALIVE_CHECK_TICKS == 0 && only_shim_threads_left()) {
+            break;
+        }
         let seen = WAKE.load(SeqCst);
         let faults = effects::page_faults();
         let faulting = faults.saturating_sub(LAST_FAULTS.swap(faults, Relaxed)) >= QUIET_FAULTS;
@@ -457,17 +489,56 @@ fn watch() {
             moved = moved.max(d.scan.frontier().saturating_sub(before));
             s.state.store(ACTIVE, Release);
         }
+        if watched == 0 {
+            // Idle: the thread goes (it would keep a process whose main thread called
+            // pthread_exit alive); `track` starts another when needed.
+            WATCHER.store(NOT_STARTED, SeqCst);
+            let again = SLOTS.iter().any(|s| s.state.load(SeqCst) == ACTIVE);
+            if !again
+                || WATCHER
+                    .compare_exchange(NOT_STARTED, RUNNING, AcqRel, Acquire)
+                    .is_err()
+            {
+                break;
+            }
+            continue;
+        }
         fast = moved >= FAST_SCAN || (fast && moved > 0);
         let tick = libc::timespec {
             tv_sec: 0,
             tv_nsec: if fast { TICK_FAST_NS } else { TICK_NS },
         };
-        futex(
-            libc::FUTEX_WAIT,
-            seen,
-            if watched > 0 { Some(&tick) } else { None },
-        );
+        futex(libc::FUTEX_WAIT, seen, Some(&tick));
     }
+    EXITED.store(true, SeqCst);
+}
+
+/// Whether every thread left in the process is one of the shim's (the program's main
+/// thread called pthread_exit and its other threads are gone): then the watcher goes too.
+fn only_shim_threads_left() -> bool {
+    let ours = 1
+        + crate::prefetch::running() as usize
+        + crate::dirprefetch::workers();
+    effects::thread_count().is_some_and(|n| n <= ours as u64)
+}
+
+/// The shim is being disabled (the program is about to sandbox itself): the watcher stops
+/// making system calls. Waits for it briefly.
+pub fn shutdown() {
+    STOP.store(true, SeqCst);
+    WAKE.fetch_add(1, SeqCst);
+    futex(libc::FUTEX_WAKE, 1, None);
+    for _ in 0..200 {
+        if EXITED.load(SeqCst) {
+            break;
+        }
+        // SAFETY: plain sleep.
+        unsafe { libc::usleep(500) };
+    }
+}
+
+pub fn stopped() -> bool {
+    STOP.load(Relaxed)
 }
 
 /// One tick for one mapping.
@@ -611,7 +682,7 @@ pub fn after_fork_child() {
         if st != FREE {
             // SAFETY: only this thread exists in the child.
             let d = unsafe { &mut *s.data.get() };
-            if d.fd >= 0 && st != SETUP {
+            if d.fd >= 0 {
                 effects::close_own(d.fd);
             }
             d.fd = -1;
@@ -623,5 +694,6 @@ pub fn after_fork_child() {
         effects::close_own(pm);
     }
     WATCHER.store(NOT_STARTED, Relaxed);
+    EXITED.store(true, Relaxed);
     WAKE.store(0, Relaxed);
 }

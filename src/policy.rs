@@ -755,6 +755,12 @@ impl MapScan {
                 }
             }
             act.read = self.read.consumed(from, advance, advance, p);
+            // Nothing past the mapping: it would never be dropped.
+            act.read.prefetch = act
+                .read
+                .prefetch
+                .map(|r| Range::new(r.start.min(self.end), r.end.min(self.end)))
+                .filter(|r| !r.is_empty());
             if s.frontier >= self.end {
                 // The scan reached the end of the mapping: like a read at end of file.
                 let eof = self.read.consumed(s.frontier, 0, 1, p);
@@ -1407,7 +1413,10 @@ mod tests {
         let acts = map_run(&mut scan, &p, &ticks);
         assert!(acts.iter().all(|a| !a.locate), "a scan is never located");
         let prefetched: u64 = acts.iter().filter_map(|a| a.read.prefetch).map(|r| r.len()).sum();
-        assert!(prefetched >= GIB - 4 * MIB, "{prefetched}");
+        // Everything from where the scan proved sequential (its second sample) to the end
+        // of the mapping, and nothing past it.
+        assert!(prefetched >= GIB - 6 * MIB, "{prefetched}");
+        assert!(acts.iter().filter_map(|a| a.read.prefetch).all(|r| r.end <= GIB));
         let dropped: u64 = acts.iter().filter_map(|a| a.read.drop).map(|r| r.len()).sum();
         assert!(dropped >= GIB - 4 * MIB, "{dropped}");
         assert_eq!(scan.read.pattern, Pattern::Sequential);

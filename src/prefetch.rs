@@ -128,6 +128,10 @@ impl Queue {
         }
     }
 
+    fn is_empty(&self) -> bool {
+        self.head.load(Ordering::SeqCst) == self.tail.load(Ordering::SeqCst)
+    }
+
     /// In a forked child only (one thread): back to empty.
     fn reset(&self) {
         for c in &self.cells {
@@ -149,42 +153,79 @@ static THREAD: AtomicU8 = AtomicU8::new(NOT_STARTED);
 /// Bumped by every request: the futex the thread sleeps on.
 static WAKE: AtomicU32 = AtomicU32::new(0);
 static SLEEPING: AtomicBool = AtomicBool::new(false);
+static STOP: AtomicBool = AtomicBool::new(false);
+static EXITED: AtomicBool = AtomicBool::new(true);
+/// An idle thread leaves after this long (a thread would keep a process whose main thread
+/// called pthread_exit alive).
+const IDLE_EXIT: libc::timespec = libc::timespec {
+    tv_sec: 1,
+    tv_nsec: 0,
+};
 
-/// Hands a prefetch to the helper thread (started on first use). Never blocks.
+/// Hands a prefetch to the helper thread (started when needed). Never blocks.
 pub fn request(r: Request) {
-    if r.range.is_empty() || THREAD.load(Ordering::Acquire) == FAILED {
+    if r.range.is_empty() || STOP.load(Ordering::Relaxed) {
         return;
     }
-    if THREAD.load(Ordering::Acquire) == NOT_STARTED
-        && THREAD
-            .compare_exchange(NOT_STARTED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        && !spawn()
-    {
-        THREAD.store(FAILED, Ordering::Release);
+    if THREAD.load(Ordering::Acquire) == FAILED {
         return;
     }
     if !QUEUE_.push(r) {
         stats::PREFETCH_DROPPED.add(1);
         return;
     }
+    // Queued first, then the thread made sure of: an idle thread leaving re-checks the
+    // queue after saying so (see `run`).
+    if THREAD
+        .compare_exchange(NOT_STARTED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        EXITED.store(false, Ordering::SeqCst);
+        if !spawn() {
+            EXITED.store(true, Ordering::SeqCst);
+            THREAD.store(FAILED, Ordering::Release);
+        }
+        return;
+    }
     WAKE.fetch_add(1, Ordering::SeqCst);
     if SLEEPING.load(Ordering::SeqCst) {
-        futex(libc::FUTEX_WAKE, 1);
+        futex(libc::FUTEX_WAKE, 1, None);
     }
 }
 
-fn futex(op: i32, val: u32) {
-    // SAFETY: WAKE is a static u32; no timeout.
-    unsafe {
+/// Whether the helper thread exists now.
+pub fn running() -> bool {
+    !EXITED.load(Ordering::Relaxed)
+}
+
+/// The shim is being disabled (a sandbox is coming): the thread stops making system
+/// calls. Waits for it briefly.
+pub fn shutdown() {
+    STOP.store(true, Ordering::SeqCst);
+    WAKE.fetch_add(1, Ordering::SeqCst);
+    futex(libc::FUTEX_WAKE, 1, None);
+    for _ in 0..200 {
+        if EXITED.load(Ordering::SeqCst) {
+            break;
+        }
+        // SAFETY: plain sleep.
+        unsafe { libc::usleep(500) };
+    }
+}
+
+/// Returns false on a timeout.
+fn futex(op: i32, val: u32, timeout: Option<&libc::timespec>) -> bool {
+    // SAFETY: WAKE is a static u32.
+    let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             WAKE.as_ptr(),
             op | libc::FUTEX_PRIVATE_FLAG,
             val,
-            std::ptr::null::<libc::timespec>(),
-        );
-    }
+            timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec),
+        )
+    };
+    !(r < 0 && crate::residency::errno() == libc::ETIMEDOUT)
 }
 
 fn spawn() -> bool {
@@ -206,8 +247,11 @@ fn spawn() -> bool {
 }
 
 fn run() {
-    loop {
+    while !STOP.load(Ordering::SeqCst) {
         while let Some(r) = QUEUE_.pop() {
+            if STOP.load(Ordering::SeqCst) {
+                break;
+            }
             let _ = std::panic::catch_unwind(|| perform(&r));
         }
         SLEEPING.store(true, Ordering::SeqCst);
@@ -217,9 +261,21 @@ fn run() {
             let _ = std::panic::catch_unwind(|| perform(&r));
             continue;
         }
-        futex(libc::FUTEX_WAIT, seen);
+        let woken = futex(libc::FUTEX_WAIT, seen, Some(&IDLE_EXIT));
         SLEEPING.store(false, Ordering::SeqCst);
+        if !woken && QUEUE_.is_empty() {
+            THREAD.store(NOT_STARTED, Ordering::SeqCst);
+            // A request queued just before that saw RUNNING and did not start a thread.
+            if QUEUE_.is_empty()
+                || THREAD
+                    .compare_exchange(NOT_STARTED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                break;
+            }
+        }
     }
+    EXITED.store(true, Ordering::SeqCst);
 }
 
 fn perform(r: &Request) {
@@ -236,6 +292,7 @@ fn perform(r: &Request) {
 pub fn after_fork_child() {
     QUEUE_.reset();
     SLEEPING.store(false, Ordering::Relaxed);
+    EXITED.store(true, Ordering::Relaxed);
     WAKE.store(0, Ordering::Relaxed);
     THREAD.store(NOT_STARTED, Ordering::Relaxed);
 }
@@ -253,15 +310,19 @@ pub fn device(dev: u64) -> (u64, u64) {
     let key = dev.wrapping_add(1);
     let i = (dev as usize ^ (dev >> 20) as usize) % DEVICES;
     if DEV[i].load(Ordering::Acquire) == key {
-        let v = LIMITS[i].load(Ordering::Relaxed);
-        return ((v >> 32) * 1024, (v & 0xffff_ffff) * 1024);
+        let v = LIMITS[i].load(Ordering::Acquire);
+        // Another device hashing here may have been stored in between: check again.
+        if DEV[i].load(Ordering::Acquire) == key {
+            return ((v >> 32) * 1024, (v & 0xffff_ffff) * 1024);
+        }
     }
     let (ra, io) = effects::device_limits(dev).unwrap_or((UNKNOWN_DEVICE_READAHEAD, 0));
     // A power of two: the largest request is often smaller than max_sectors_kb (128 page
     // segments = 512 KiB on the loop device), and 1280 KiB calls left a 256 KiB remainder
     // request every time (average read 409 KiB instead of 512).
     let chunk = prev_power_of_two(ra.max(io).max(UNKNOWN_DEVICE_READAHEAD));
-    LIMITS[i].store(((ra / 1024) << 32) | (chunk / 1024), Ordering::Relaxed);
+    DEV[i].store(0, Ordering::Release);
+    LIMITS[i].store(((ra / 1024) << 32) | (chunk / 1024), Ordering::Release);
     DEV[i].store(key, Ordering::Release);
     (ra, chunk)
 }

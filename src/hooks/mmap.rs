@@ -22,7 +22,7 @@ macro_rules! mmap_hook {
         ) -> *mut c_void {
             // MAP_FIXED replaces whatever was mapped there.
             let taken = if flags & libc::MAP_FIXED != 0 {
-                engine::unmapping(addr as usize, len)
+                engine::unmapping(addr as usize, len, 0)
             } else {
                 0
             };
@@ -33,7 +33,8 @@ macro_rules! mmap_hook {
                     [addr as usize, len, prot as usize, flags as usize, fd as usize, off as usize],
                 ) as *mut c_void,
             };
-            engine::unmapped(taken, !failed(p), true);
+            // A failed MAP_FIXED may already have unmapped the old range.
+            engine::unmapped(taken, true, true);
             if !failed(p) {
                 engine::mapped(p as usize, len, prot, flags, fd, off);
             }
@@ -46,7 +47,7 @@ mmap_hook!(mmap64, MMAP64);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    let taken = engine::unmapping(addr as usize, len);
+    let taken = engine::unmapping(addr as usize, len, 0);
     let r = match real::MUNMAP.get() {
         Some(f) => unsafe { f(addr, len) },
         None => raw(libc::SYS_munmap, [addr as usize, len, 0, 0, 0, 0]) as c_int,
@@ -65,9 +66,9 @@ pub unsafe extern "C" fn mremap(
     flags: c_int,
     new_addr: *mut c_void,
 ) -> *mut c_void {
-    let mut taken = engine::unmapping(old as usize, old_len);
+    let mut taken = engine::unmapping(old as usize, old_len, 0);
     if flags & libc::MREMAP_FIXED != 0 {
-        taken |= engine::unmapping(new_addr as usize, new_len);
+        taken |= engine::unmapping(new_addr as usize, new_len, taken);
     }
     let p = match real::MREMAP.get() {
         Some(f) => unsafe { f(old, old_len, new_len, flags, new_addr) },
@@ -92,7 +93,7 @@ fn is_pattern_hint(advice: c_int) -> bool {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     let taken = if is_pattern_hint(advice) {
-        engine::unmapping(addr as usize, len)
+        engine::unmapping(addr as usize, len, 0)
     } else {
         0
     };
@@ -100,7 +101,8 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
         Some(f) => unsafe { f(addr, len, advice) },
         None => raw(libc::SYS_madvise, [addr as usize, len, advice as usize, 0, 0, 0]) as c_int,
     };
-    engine::unmapped(taken, r == 0, false);
+    // Even a failed hint (ENOMEM: part of the range unmapped) applies to what is mapped.
+    engine::unmapped(taken, true, false);
     r
 }
 
@@ -109,7 +111,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     let taken = if is_pattern_hint(advice) {
-        engine::unmapping(addr as usize, len)
+        engine::unmapping(addr as usize, len, 0)
     } else {
         0
     };
@@ -117,6 +119,6 @@ pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: size_t, advice: c
         Some(f) => unsafe { f(addr, len, advice) },
         None => libc::ENOSYS,
     };
-    engine::unmapped(taken, r == 0, false);
+    engine::unmapped(taken, true, false);
     r
 }

@@ -29,6 +29,9 @@ extern "C" fn init() {
         return;
     };
     real::resolve_all();
+    // Panics are caught at every entry point; the default hook would still print them on
+    // the program's stderr. This is the library's own std: the program's hook is its own.
+    std::panic::set_hook(Box::new(|info| crate::debug!("internal panic: {info}")));
     // A setuid program (the library given by /etc/ld.so.preload) must not let its caller's
     // environment choose files to append to or fds to write to: defaults only.
     // SAFETY: getauxval has no preconditions.
