@@ -338,8 +338,9 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<BadV
     take("DROPBEHIND_STATS", &mut |v| {
         parse_stats(v).map(|s| cfg.stats = s).is_some()
     });
-    take("DROPBEHIND_READAHEAD", &mut |v| {
-        match v.trim().to_ascii_lowercase().as_str() {
+    take(
+        "DROPBEHIND_READAHEAD",
+        &mut |v| match v.trim().to_ascii_lowercase().as_str() {
             "off" | "0" => {
                 cfg.readahead = 0;
                 true
@@ -351,8 +352,8 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<BadV
                 }
                 _ => false,
             },
-        }
-    });
+        },
+    );
     take("DROPBEHIND_MMAP", &mut |v| match parse_switch(v) {
         Some(on) => {
             cfg.mmap = on;

@@ -14,8 +14,8 @@
 //! own (close-on-exec, moved above the program's), stop when the program closes the
 //! directory, and never delay exit (they are detached).
 
-use std::ffi::CString;
 use std::collections::VecDeque;
+use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
@@ -268,36 +268,24 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
         WORKERS.fetch_sub(1, Ordering::AcqRel);
         return false;
     }
-    // SAFETY: signal masks of this thread, restored right after the spawn.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    let spawned = std::thread::Builder::new()
-        .name("dropbehind-dir".into())
-        .stack_size(256 * 1024)
-        .spawn(move || {
-            if leader {
-                for _ in 1..threads {
-                    if job.cancel.load(Ordering::Relaxed) || !spawn(job.clone(), threads, false) {
-                        break;
-                    }
+    let spawned = crate::helper::spawn("dropbehind-dir", 256 * 1024, move || {
+        if leader {
+            for _ in 1..threads {
+                if job.cancel.load(Ordering::Relaxed) || !spawn(job.clone(), threads, false) {
+                    break;
                 }
-                list(&job, threads);
-                crate::debug!(
-                    "directory prefetch: {} entries listed in {} ms",
-                    INODES_WARMED.load(Ordering::Relaxed),
-                    job.started.elapsed().as_millis()
-                );
-                job.listing_done();
             }
-            work(&job);
-            WORKERS.fetch_sub(1, Ordering::AcqRel);
-        })
-        .is_ok();
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+            list(&job, threads);
+            crate::debug!(
+                "directory prefetch: {} entries listed in {} ms",
+                INODES_WARMED.load(Ordering::Relaxed),
+                job.started.elapsed().as_millis()
+            );
+            job.listing_done();
+        }
+        work(&job);
+        WORKERS.fetch_sub(1, Ordering::AcqRel);
+    });
     if !spawned {
         WORKERS.fetch_sub(1, Ordering::AcqRel);
     }
@@ -368,7 +356,16 @@ fn getdents_buffer(kind: i64) -> usize {
 fn split(start: u64, end: u64, n: usize) -> Vec<(u64, u64)> {
     let span = (end - start).div_ceil(n as u64).max(1);
     (0..n as u64)
-        .map(|i| (start + i * span, if i + 1 == n as u64 { u64::MAX } else { start + (i + 1) * span }))
+        .map(|i| {
+            (
+                start + i * span,
+                if i + 1 == n as u64 {
+                    u64::MAX
+                } else {
+                    start + (i + 1) * span
+                },
+            )
+        })
         .take_while(|r| r.0 < end)
         .collect()
 }

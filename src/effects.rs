@@ -298,7 +298,11 @@ fn read_small_number(path: &[u8]) -> Option<u64> {
         if n <= 0 {
             return None;
         }
-        std::str::from_utf8(&buf[..n as usize]).ok()?.trim().parse().ok()
+        std::str::from_utf8(&buf[..n as usize])
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 }
 

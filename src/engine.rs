@@ -202,7 +202,10 @@ fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
     let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
     let (prefetch_reach, prefetch_chunk) = if readable && eng.cfg.readahead > 0 {
         let (device_ra, chunk) = crate::prefetch::device(id.dev);
-        (crate::prefetch::reach_for(eng.cfg.readahead, device_ra), chunk)
+        (
+            crate::prefetch::reach_for(eng.cfg.readahead, device_ra),
+            chunk,
+        )
     } else {
         (0, 0)
     };

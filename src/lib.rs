@@ -16,6 +16,7 @@ pub mod dirprefetch;
 pub mod effects;
 pub mod engine;
 pub mod fdtable;
+pub mod helper;
 pub mod log;
 pub mod mapwatch;
 pub mod policy;

@@ -20,8 +20,8 @@ use crate::policy::{MapClass, MapSample, MapScan, PAGE, Params, Proof, Range};
 use crate::residency::cachestat;
 use crate::stats;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
 
 const MAPS: usize = 64;
 /// Sampling period while any mapping is watched, and while one is being scanned fast (a
@@ -410,39 +410,12 @@ fn start_watcher() {
         }
     } else {
         WAKE.fetch_add(1, SeqCst);
-        futex(libc::FUTEX_WAKE, 1, None);
-    }
-}
-
-fn futex(op: i32, val: u32, timeout: Option<&libc::timespec>) {
-    // SAFETY: WAKE is a static u32.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            WAKE.as_ptr(),
-            op | libc::FUTEX_PRIVATE_FLAG,
-            val,
-            timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec),
-        );
+        crate::helper::wake(&WAKE);
     }
 }
 
 fn spawn() -> bool {
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: this thread's signal mask, restored right after; the watcher inherits the
-    // full mask and so never takes a signal meant for the program.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    let ok = std::thread::Builder::new()
-        .name("dropbehind-map".into())
-        .stack_size(128 * 1024)
-        .spawn(watch)
-        .is_ok();
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    ok
+    crate::helper::spawn("dropbehind-map", 128 * 1024, watch)
 }
 
 fn watch() {
@@ -508,7 +481,7 @@ fn watch() {
             tv_sec: 0,
             tv_nsec: if fast { TICK_FAST_NS } else { TICK_NS },
         };
-        futex(libc::FUTEX_WAIT, seen, Some(&tick));
+        crate::helper::wait(&WAKE, seen, Some(&tick));
     }
     EXITED.store(true, SeqCst);
 }
@@ -516,9 +489,7 @@ fn watch() {
 /// Whether every thread left in the process is one of the shim's (the program's main
 /// thread called pthread_exit and its other threads are gone): then the watcher goes too.
 fn only_shim_threads_left() -> bool {
-    let ours = 1
-        + crate::prefetch::running() as usize
-        + crate::dirprefetch::workers();
+    let ours = 1 + crate::prefetch::running() as usize + crate::dirprefetch::workers();
     effects::thread_count().is_some_and(|n| n <= ours as u64)
 }
 
@@ -527,7 +498,7 @@ fn only_shim_threads_left() -> bool {
 pub fn shutdown() {
     STOP.store(true, SeqCst);
     WAKE.fetch_add(1, SeqCst);
-    futex(libc::FUTEX_WAKE, 1, None);
+    crate::helper::wake(&WAKE);
     for _ in 0..200 {
         if EXITED.load(SeqCst) {
             break;

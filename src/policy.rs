@@ -932,7 +932,10 @@ mod tests {
             }
             snap(&mut s, cache, act.snapshot);
             if let Some(r) = act.prefetch {
-                assert!(r.end <= s.proof.hi * PROOF_BLOCK, "prefetch {r:?} beyond the proof");
+                assert!(
+                    r.end <= s.proof.hi * PROOF_BLOCK,
+                    "prefetch {r:?} beyond the proof"
+                );
                 cache.touch(Range::new(r.start, r.end.min(size)));
                 prefetched.push(r);
             }
@@ -1120,12 +1123,20 @@ mod tests {
             }
             // From the read that proved the stream to the first MiB boundary past the start
             // reach.
-            assert_eq!(pf[0], Range::new(2 * chunk, PREFETCH_START), "chunk {chunk}");
+            assert_eq!(
+                pf[0],
+                Range::new(2 * chunk, PREFETCH_START),
+                "chunk {chunk}"
+            );
             assert!(pf.iter().skip(1).all(|r| r.end % MIB == 0));
             assert!(pf.iter().all(|r| r.len() <= 16 * MIB));
             assert!(pf.last().unwrap().end >= size, "prefetch reached the end");
             // Batches, not a call per read.
-            assert!(pf.len() < (size / (4 * MIB)) as usize + 10, "{} batches", pf.len());
+            assert!(
+                pf.len() < (size / (4 * MIB)) as usize + 10,
+                "{} batches",
+                pf.len()
+            );
             // window + lag + prefetch reach + chunk rounding, and nothing left after EOF.
             assert!(
                 (peak as u64) * PAGE <= 8 * MIB + 16 * MIB + 4 * MIB,
@@ -1198,7 +1209,10 @@ mod tests {
         }
         // The reach is kept between three quarters of the maximum and the maximum.
         let end = last.unwrap().end;
-        assert!(end >= 200 * MIB + 12 * MIB && end <= 200 * MIB + 16 * MIB, "{end}");
+        assert!(
+            end >= 200 * MIB + 12 * MIB && end <= 200 * MIB + 16 * MIB,
+            "{end}"
+        );
         s.seeked(1024 * MIB);
         let mut first = None;
         for i in 0..8u64 {
@@ -1373,33 +1387,14 @@ mod tests {
         );
     }
 
-    /// A mapping sampled every tick: `frontier` and `cached` per tick, proofs all cold.
+    /// A mapping sampled every tick from its mmap: `frontier` and `cached` per tick,
+    /// proofs all cold.
     fn map_run(scan: &mut MapScan, p: &Params, ticks: &[(u64, Option<u64>)]) -> Vec<MapActions> {
-        let record = |s: &mut MapScan, r: Option<Range>| {
-            if let Some(r) = r {
-                (r.start / PROOF_BLOCK..r.end / PROOF_BLOCK)
-                    .for_each(|b| s.read.proof.record(b, !0));
-            }
-        };
-        let first = scan.begin(p);
-        record(scan, first);
-        let mut out = Vec::new();
-        for &(frontier, cached) in ticks {
-            let act = scan.sample(
-                MapSample {
-                    frontier,
-                    cached,
-                    ..MapSample::default()
-                },
-                p,
-            );
-            if let Some(d) = act.read.drop {
-                scan.read.dropped(d);
-            }
-            record(scan, act.read.snapshot);
-            out.push(act);
+        if let Some(r) = scan.begin(p) {
+            (r.start / PROOF_BLOCK..r.end / PROOF_BLOCK)
+                .for_each(|b| scan.read.proof.record(b, !0));
         }
-        out
+        map_run_more(scan, p, ticks)
     }
 
     #[test]
@@ -1412,12 +1407,24 @@ mod tests {
             .collect();
         let acts = map_run(&mut scan, &p, &ticks);
         assert!(acts.iter().all(|a| !a.locate), "a scan is never located");
-        let prefetched: u64 = acts.iter().filter_map(|a| a.read.prefetch).map(|r| r.len()).sum();
+        let prefetched: u64 = acts
+            .iter()
+            .filter_map(|a| a.read.prefetch)
+            .map(|r| r.len())
+            .sum();
         // Everything from where the scan proved sequential (its second sample) to the end
         // of the mapping, and nothing past it.
         assert!(prefetched >= GIB - 6 * MIB, "{prefetched}");
-        assert!(acts.iter().filter_map(|a| a.read.prefetch).all(|r| r.end <= GIB));
-        let dropped: u64 = acts.iter().filter_map(|a| a.read.drop).map(|r| r.len()).sum();
+        assert!(
+            acts.iter()
+                .filter_map(|a| a.read.prefetch)
+                .all(|r| r.end <= GIB)
+        );
+        let dropped: u64 = acts
+            .iter()
+            .filter_map(|a| a.read.drop)
+            .map(|r| r.len())
+            .sum();
         assert!(dropped >= GIB - 4 * MIB, "{dropped}");
         assert_eq!(scan.read.pattern, Pattern::Sequential);
         assert_eq!(scan.class, MapClass::Watching);
@@ -1428,11 +1435,16 @@ mod tests {
         let mut scan = MapScan::new(0, 1 << 40, 8 * MIB);
         // The frontier stays at the first fault's 64 KiB while the cache grows by the
         // kernel's 8 MiB read-around, fault after fault.
-        let ticks: Vec<_> = (1..=5u64).map(|t| (64 * 1024, Some(t * 35 * MIB))).collect();
+        let ticks: Vec<_> = (1..=5u64)
+            .map(|t| (64 * 1024, Some(t * 35 * MIB)))
+            .collect();
         let acts = map_run(&mut scan, &P, &ticks);
         let at = acts.iter().position(|a| a.locate).expect("located");
         assert!(at <= 2, "located at tick {at}");
-        assert!(acts.iter().all(|a| a.read.prefetch.is_none() && a.read.drop.is_none()));
+        assert!(
+            acts.iter()
+                .all(|a| a.read.prefetch.is_none() && a.read.drop.is_none())
+        );
         // 16 of every 100 pages mapped (fault-around) in the window found.
         assert!(scan.located(256, 41, None));
         assert_eq!(scan.class, MapClass::Random);
@@ -1468,7 +1480,11 @@ mod tests {
     }
 
     /// `map_run` without `begin` (the mapping is already under way).
-    fn map_run_more(scan: &mut MapScan, p: &Params, ticks: &[(u64, Option<u64>)]) -> Vec<MapActions> {
+    fn map_run_more(
+        scan: &mut MapScan,
+        p: &Params,
+        ticks: &[(u64, Option<u64>)],
+    ) -> Vec<MapActions> {
         let mut out = Vec::new();
         for &(frontier, cached) in ticks {
             let act = scan.sample(

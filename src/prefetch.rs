@@ -48,24 +48,28 @@ struct Queue {
 // only by the consumer after the producer published it through `seq`.
 unsafe impl Sync for Queue {}
 
-static QUEUE_: Queue = Queue {
-    cells: [const {
-        Cell {
-            seq: AtomicUsize::new(0),
-            req: UnsafeCell::new(Request {
-                fd: -1,
-                dev: 0,
-                ino: 0,
-                range: Range { start: 0, end: 0 },
-                chunk: 0,
-            }),
-        }
-    }; QUEUE],
-    head: AtomicUsize::new(0),
-    tail: AtomicUsize::new(0),
-};
+static QUEUE_: Queue = Queue::new();
 
 impl Queue {
+    const fn new() -> Queue {
+        Queue {
+            cells: [const {
+                Cell {
+                    seq: AtomicUsize::new(0),
+                    req: UnsafeCell::new(Request {
+                        fd: -1,
+                        dev: 0,
+                        ino: 0,
+                        range: Range { start: 0, end: 0 },
+                        chunk: 0,
+                    }),
+                }
+            }; QUEUE],
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+        }
+    }
+
     fn push(&self, r: Request) -> bool {
         let mut pos = self.head.load(Ordering::Relaxed);
         loop {
@@ -82,8 +86,10 @@ impl Queue {
                     Ok(_) => {
                         // SAFETY: this producer owns the cell until it publishes it.
                         unsafe { *cell.req.get() = r };
-                        cell.seq
-                            .store(pos.wrapping_add(1).wrapping_sub(pos % QUEUE), Ordering::Release);
+                        cell.seq.store(
+                            pos.wrapping_add(1).wrapping_sub(pos % QUEUE),
+                            Ordering::Release,
+                        );
                         return true;
                     }
                     Err(p) => pos = p,
@@ -189,7 +195,7 @@ pub fn request(r: Request) {
     }
     WAKE.fetch_add(1, Ordering::SeqCst);
     if SLEEPING.load(Ordering::SeqCst) {
-        futex(libc::FUTEX_WAKE, 1, None);
+        crate::helper::wake(&WAKE);
     }
 }
 
@@ -203,7 +209,7 @@ pub fn running() -> bool {
 pub fn shutdown() {
     STOP.store(true, Ordering::SeqCst);
     WAKE.fetch_add(1, Ordering::SeqCst);
-    futex(libc::FUTEX_WAKE, 1, None);
+    crate::helper::wake(&WAKE);
     for _ in 0..200 {
         if EXITED.load(Ordering::SeqCst) {
             break;
@@ -213,37 +219,8 @@ pub fn shutdown() {
     }
 }
 
-/// Returns false on a timeout.
-fn futex(op: i32, val: u32, timeout: Option<&libc::timespec>) -> bool {
-    // SAFETY: WAKE is a static u32.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            WAKE.as_ptr(),
-            op | libc::FUTEX_PRIVATE_FLAG,
-            val,
-            timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec),
-        )
-    };
-    !(r < 0 && crate::residency::errno() == libc::ETIMEDOUT)
-}
-
 fn spawn() -> bool {
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: this thread's signal mask, restored right after the spawn; the new thread
-    // inherits the full mask, so no signal meant for the program is ever delivered to it.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    let ok = std::thread::Builder::new()
-        .name("dropbehind-ra".into())
-        .stack_size(64 * 1024)
-        .spawn(run)
-        .is_ok();
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    ok
+    crate::helper::spawn("dropbehind-ra", 64 * 1024, run)
 }
 
 fn run() {
@@ -261,7 +238,7 @@ fn run() {
             let _ = std::panic::catch_unwind(|| perform(&r));
             continue;
         }
-        let woken = futex(libc::FUTEX_WAIT, seen, Some(&IDLE_EXIT));
+        let woken = crate::helper::wait(&WAKE, seen, Some(&IDLE_EXIT));
         SLEEPING.store(false, Ordering::SeqCst);
         if !woken && QUEUE_.is_empty() {
             THREAD.store(NOT_STARTED, Ordering::SeqCst);
@@ -328,7 +305,11 @@ pub fn device(dev: u64) -> (u64, u64) {
 }
 
 fn prev_power_of_two(x: u64) -> u64 {
-    if x == 0 { 0 } else { 1 << (63 - x.leading_zeros()) }
+    if x == 0 {
+        0
+    } else {
+        1 << (63 - x.leading_zeros())
+    }
 }
 
 /// How far ahead to prefetch on a device, given the configured reach: nothing where the
@@ -347,22 +328,7 @@ mod tests {
 
     #[test]
     fn queue_is_fifo_bounded_and_reusable() {
-        let q = Queue {
-            cells: [const {
-                Cell {
-                    seq: AtomicUsize::new(0),
-                    req: UnsafeCell::new(Request {
-                        fd: -1,
-                        dev: 0,
-                        ino: 0,
-                        range: Range { start: 0, end: 0 },
-                        chunk: 0,
-                    }),
-                }
-            }; QUEUE],
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(0),
-        };
+        let q = Queue::new();
         for lap in 0..3 {
             for i in 0..QUEUE {
                 let r = Request {

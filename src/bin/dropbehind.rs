@@ -86,8 +86,7 @@ fn parse_window(s: &str) -> Result<u64, String> {
 }
 
 fn parse_readahead(s: &str) -> Result<u64, String> {
-    let (c, bad) =
-        config::from_lookup(|n| (n == "DROPBEHIND_READAHEAD").then(|| s.to_string()));
+    let (c, bad) = config::from_lookup(|n| (n == "DROPBEHIND_READAHEAD").then(|| s.to_string()));
     if bad.is_empty() {
         Ok(c.readahead)
     } else {

@@ -30,7 +30,14 @@ macro_rules! mmap_hook {
                 Some(f) => unsafe { f(addr, len, prot, flags, fd, off) },
                 None => raw(
                     libc::SYS_mmap,
-                    [addr as usize, len, prot as usize, flags as usize, fd as usize, off as usize],
+                    [
+                        addr as usize,
+                        len,
+                        prot as usize,
+                        flags as usize,
+                        fd as usize,
+                        off as usize,
+                    ],
                 ) as *mut c_void,
             };
             // A failed MAP_FIXED may already have unmapped the old range.
@@ -74,7 +81,14 @@ pub unsafe extern "C" fn mremap(
         Some(f) => unsafe { f(old, old_len, new_len, flags, new_addr) },
         None => raw(
             libc::SYS_mremap,
-            [old as usize, old_len, new_len, flags as usize, new_addr as usize, 0],
+            [
+                old as usize,
+                old_len,
+                new_len,
+                flags as usize,
+                new_addr as usize,
+                0,
+            ],
         ) as *mut c_void,
     };
     engine::unmapped(taken, !failed(p), true);
@@ -99,7 +113,10 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
     };
     let r = match real::MADVISE.get() {
         Some(f) => unsafe { f(addr, len, advice) },
-        None => raw(libc::SYS_madvise, [addr as usize, len, advice as usize, 0, 0, 0]) as c_int,
+        None => raw(
+            libc::SYS_madvise,
+            [addr as usize, len, advice as usize, 0, 0, 0],
+        ) as c_int,
     };
     // Even a failed hint (ENOMEM: part of the range unmapped) applies to what is mapped.
     engine::unmapped(taken, true, false);
