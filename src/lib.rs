@@ -8,8 +8,8 @@
 //!
 //! `engine` joins them; `fdtable` holds per-fd state; `prefetch` issues readahead for read
 //! streams from a helper thread; `mapwatch` samples big file mappings and applies the same
-//! policy to them; `dirprefetch` warms the inodes of big directories; `config`, `stats` and
-//! `log` are what their names say.
+//! policy to them; `dirprefetch` warms the inodes of big directories; `helper` starts their
+//! threads; `config`, `stats` and `log` are what their names say.
 
 pub mod config;
 pub mod dirprefetch;
