@@ -17,7 +17,8 @@ for p in sys.argv[1:]:
 }
 cached() { "$LAUNCHER" stat --json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["cached_pages"]*4096//1048576)'; }
 
-echo "dropbehind demo: a $MIB MiB file in $dir (filesystem: $(stat -f -c %T "$dir"))"
+# findmnt names ext4 as mounted; stat -f only knows the magic number (ext2/ext3).
+echo "dropbehind demo: a $MIB MiB file in $dir (filesystem: $(findmnt -n -o FSTYPE -T "$dir" 2>/dev/null || stat -f -c %T "$dir"))"
 head -c $((MIB * 1048576)) /dev/urandom >"$src"
 
 printf '\n%-28s %-12s %14s %14s %9s\n' "command" "run" "source cached" "copy cached" "seconds"
