@@ -22,6 +22,19 @@ kib=$(cached_kib "$F")
 check "mmap scan: at most 4 MiB of 256 MiB left cached after munmap ($kib KiB)" [ "$kib" -le 4096 ]
 check "mmap scan: counted as one sequential mapping" grep -q "file mappings *1 *(1 sequential" "$d/s1"
 
+# A mapping still there at exit (no munmap) is dropped at exit.
+evict "$F"
+shim python3 -c 'import mmap,sys
+f=open(sys.argv[1],"rb"); m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)
+print(sum(m[o] for o in range(0,len(m),4096)))' "$F" >/dev/null
+kib=$(cached_kib "$F")
+check "mmap scan left mapped at exit: at most 4 MiB of 256 MiB left cached ($kib KiB)" [ "$kib" -le 4096 ]
+
+# DROPBEHIND_MMAP=off: mappings are not watched.
+evict "$F"; DROPBEHIND_MMAP=off DROPBEHIND_STATS="$d/s_off" shim python3 -c "$scan" "$F" >/dev/null
+kib=$(cached_kib "$F")
+check "DROPBEHIND_MMAP=off: the mapping is left alone ($kib KiB cached)" [ "$kib" -ge $((250 * 1024)) ]
+
 # Someone else's working set in the mapped file stays.
 evict "$F"; warm "$F" 64
 before=$(cached_kib "$F")

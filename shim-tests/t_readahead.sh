@@ -23,16 +23,24 @@ io() { awk '{print $1, $3 / 2}' "/sys/block/$dev/stat"; }
 # avg_kib BEFORE AFTER: average read size between two `io` samples.
 avg_kib() { echo "$@" | awk '{ if ($3 > $1) print int(($4 - $2) / ($3 - $1)); else print 0 }'; }
 
-for bs in 4K 128K; do
-    cold; a0=$(io); want=$(dd if="$F" bs=$bs status=none | sha256sum); a1=$(io)
-    cold; b0=$(io); got=$(DROPBEHIND_STATS="$d/s_$bs" shim dd if="$F" bs=$bs status=none | sha256sum); b1=$(io)
-    check "dd bs=$bs: same bytes" [ "$want" = "$got" ]
-    batches=$(stat_field "$d/s_$bs" prefetched)
-    check "dd bs=$bs: prefetch issued ($batches batches)" [ "${batches:-0}" -gt 0 ]
+# sequential NAME CMD...: CMD cold without and with the shim: same output, prefetch issued,
+# bigger device reads, footprint bounded after.
+sequential() {
+    local name=$1; shift
+    local a0 a1 b0 b1 want got batches plain ours kib
+    cold; a0=$(io); want=$("$@" | sha256sum); a1=$(io)
+    cold; b0=$(io); got=$(DROPBEHIND_STATS="$d/s" shim "$@" | sha256sum); b1=$(io)
+    check "$name: same bytes" [ "$want" = "$got" ]
+    batches=$(stat_field "$d/s" prefetched); rm -f "$d/s"
+    check "$name: prefetch issued ($batches batches)" [ "${batches:-0}" -gt 0 ]
     plain=$(avg_kib $a0 $a1); ours=$(avg_kib $b0 $b1)
-    check "dd bs=$bs: bigger device reads ($plain KiB -> $ours KiB on average)" [ "$ours" -ge $((plain * 2)) ]
+    check "$name: bigger device reads ($plain KiB -> $ours KiB on average)" [ "$ours" -ge $((plain * 2)) ]
     kib=$(cached_kib "$F")
-    check "dd bs=$bs: footprint bounded (${kib} KiB of 128 MiB cached after)" [ "$kib" -le 2048 ]
+    check "$name: footprint bounded (${kib} KiB of 128 MiB cached after)" [ "$kib" -le 2048 ]
+}
+
+for bs in 4K 128K; do
+    sequential "dd bs=$bs" dd if="$F" bs=$bs status=none
 done
 
 cold; DROPBEHIND_READAHEAD=0 DROPBEHIND_STATS="$d/s_off" shim cat "$F" >/dev/null
@@ -46,12 +54,4 @@ check "random 4 KiB preads: no prefetch" [ "$(stat_field "$d/s_rand" prefetched)
 scan='import mmap,sys,hashlib
 f=open(sys.argv[1],"rb"); m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)
 print(hashlib.sha256(b"".join(m[o:o+1] for o in range(0,len(m),4096))).hexdigest())'
-cold; a0=$(io); want=$(python3 -c "$scan" "$F"); a1=$(io)
-cold; b0=$(io); got=$(DROPBEHIND_STATS="$d/s_map" shim python3 -c "$scan" "$F"); b1=$(io)
-check "mmap scan: same bytes" [ "$want" = "$got" ]
-batches=$(stat_field "$d/s_map" prefetched)
-check "mmap scan: prefetch issued ($batches batches)" [ "${batches:-0}" -gt 0 ]
-plain=$(avg_kib $a0 $a1); ours=$(avg_kib $b0 $b1)
-check "mmap scan: bigger device reads ($plain KiB -> $ours KiB on average)" [ "$ours" -ge $((plain * 2)) ]
-kib=$(cached_kib "$F")
-check "mmap scan: footprint after munmap bounded (${kib} KiB cached)" [ "$kib" -le 2048 ]
+sequential "mmap scan" python3 -c "$scan" "$F"

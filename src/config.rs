@@ -361,20 +361,9 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<BadV
         }
         None => false,
     });
-    take(
-        "DROPBEHIND_DIR",
-        &mut |v| match v.trim().to_ascii_lowercase().as_str() {
-            "on" | "1" | "yes" => {
-                cfg.dir.enabled = true;
-                true
-            }
-            "off" | "0" | "no" => {
-                cfg.dir.enabled = false;
-                true
-            }
-            _ => false,
-        },
-    );
+    take("DROPBEHIND_DIR", &mut |v| {
+        parse_switch(v).map(|on| cfg.dir.enabled = on).is_some()
+    });
     take(
         "DROPBEHIND_DIR_MIN",
         &mut |v| match v.trim().parse::<u64>() {

@@ -972,14 +972,12 @@ pub fn at_exit() {
 
 /// After a successful mmap: big read-mapped regular files are watched (see `mapwatch`).
 pub fn mapped(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: i64) {
+    // Anonymous memory (allocators map it all the time) is turned away before anything else.
+    if fd < 0 || off < 0 || flags & libc::MAP_ANONYMOUS != 0 || prot & libc::PROT_READ == 0 {
+        return;
+    }
     contained(|eng| {
-        if !eng.cfg.mmap
-            || fd < 0
-            || off < 0
-            || flags & libc::MAP_ANONYMOUS != 0
-            || prot & libc::PROT_READ == 0
-            || (len as u64) < eng.cfg.min_size.max(1)
-        {
+        if !eng.cfg.mmap || (len as u64) < eng.cfg.min_size.max(1) {
             return;
         }
         let Some(id) = effects::identify(fd) else {

@@ -104,38 +104,37 @@ fn is_pattern_hint(advice: c_int) -> bool {
     )
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+/// Runs the program's advice `call`; a pattern hint first takes the range from the watcher,
+/// for good: even a failed hint (ENOMEM: part of the range unmapped) applies to what is
+/// mapped.
+fn advising(addr: *mut c_void, len: size_t, advice: c_int, call: impl FnOnce() -> c_int) -> c_int {
     let taken = if is_pattern_hint(advice) {
         engine::unmapping(addr as usize, len, 0)
     } else {
         0
     };
-    let r = match real::MADVISE.get() {
+    let r = call();
+    engine::unmapped(taken, true, false);
+    r
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    advising(addr, len, advice, || match real::MADVISE.get() {
         Some(f) => unsafe { f(addr, len, advice) },
         None => raw(
             libc::SYS_madvise,
             [addr as usize, len, advice as usize, 0, 0, 0],
         ) as c_int,
-    };
-    // Even a failed hint (ENOMEM: part of the range unmapped) applies to what is mapped.
-    engine::unmapped(taken, true, false);
-    r
+    })
 }
 
 /// Returns an error number rather than setting errno. POSIX_MADV_* equal MADV_* for the
 /// three pattern hints.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
-    let taken = if is_pattern_hint(advice) {
-        engine::unmapping(addr as usize, len, 0)
-    } else {
-        0
-    };
-    let r = match real::POSIX_MADVISE.get() {
+    advising(addr, len, advice, || match real::POSIX_MADVISE.get() {
         Some(f) => unsafe { f(addr, len, advice) },
         None => libc::ENOSYS,
-    };
-    engine::unmapped(taken, true, false);
-    r
+    })
 }
