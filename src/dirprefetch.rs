@@ -98,12 +98,17 @@ impl Runs {
 impl Job {
     /// Sorts a batch of listed entries by inode and queues it in runs for the workers.
     /// `position`: the directory offset the batch was listed from.
-    fn emit(&self, position: u64, mut batch: Vec<(u64, CString)>) {
+    fn emit(&self, position: u64, batch: Vec<(u64, CString)>) {
+        INODES_WARMED.fetch_add(batch.len(), Ordering::Relaxed);
+        self.queue(position, batch);
+    }
+
+    /// `emit` without counting the entries.
+    fn queue(&self, position: u64, mut batch: Vec<(u64, CString)>) {
         if batch.is_empty() {
             return;
         }
         batch.sort_unstable_by_key(|e| e.0);
-        INODES_WARMED.fetch_add(batch.len(), Ordering::Relaxed);
         let mut runs = VecDeque::new();
         let mut names = batch.into_iter().map(|(_, n)| n).peekable();
         while names.peek().is_some() {
@@ -249,16 +254,16 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         return false;
     };
     let probe_started = Instant::now();
-    let cold = probe_is_cold(fd.0);
+    let first = cold_first_batch(fd.0);
     crate::debug!(
         "directory prefetch: probe found the directory {} in {} us",
-        if cold { "cold" } else { "warm" },
+        if first.is_some() { "cold" } else { "warm" },
         probe_started.elapsed().as_micros()
     );
-    if !cold {
+    let Some(first) = first else {
         DIRS_WARM.fetch_add(1, Ordering::Relaxed);
         return true;
-    }
+    };
     let job = Arc::new(Job {
         kind: fs_type(fd.0),
         fd,
@@ -268,6 +273,10 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         started: Instant::now(),
         logged_end: AtomicBool::new(false),
     });
+    // The probe's batch is where the program starts reading: the workers take it first,
+    // while the leader finds out how to split the listing (it lists these again: a second
+    // stat of a cached inode is cheap, and it is not counted twice).
+    job.queue(0, first);
     if spawn(job.clone(), cfg.threads, true) {
         DIRS_PREFETCHED.fetch_add(1, Ordering::Relaxed);
         register(dirfd, job);
@@ -278,15 +287,15 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
 /// The probe: stat 8 entries spread over the first batch; the directory is cold when at
 /// least two of them took longer than a cached inode can (one slow stat may be noise). It
 /// runs in the program's opendir, so it stops at the second slow stat: on a cold directory
-/// each costs a device read.
-fn probe_is_cold(fd: i32) -> bool {
+/// each costs a device read. Cold: the batch's entries (inode, name).
+fn cold_first_batch(fd: i32) -> Option<Vec<(u64, CString)>> {
     let mut buf = vec![0u8; 32 * 1024];
     let mut entries = Vec::new();
     getdents(fd, &mut buf, &mut entries);
     // SAFETY: rewind our own fd for the listing.
     unsafe { libc::syscall(libc::SYS_lseek, fd, 0i64, libc::SEEK_SET) };
     if entries.len() < 8 {
-        return false;
+        return None;
     }
     let mut slow = 0;
     for i in 0..8 {
@@ -296,11 +305,16 @@ fn probe_is_cold(fd: i32) -> bool {
         if t.elapsed().as_micros() >= PROBE_COLD_US {
             slow += 1;
             if slow == 2 {
-                return true;
+                return Some(
+                    entries
+                        .into_iter()
+                        .map(|(ino, name, _)| (ino, name))
+                        .collect(),
+                );
             }
         }
     }
-    false
+    None
 }
 
 /// Starts a detached thread with every signal blocked. `leader`: it lists the directory,
