@@ -59,6 +59,9 @@ pub struct DirConfig {
     /// Directories with fewer entries than this (estimated from their size) are left alone.
     pub min_entries: u64,
     pub threads: usize,
+    /// No DROPBEHIND_DIR_THREADS given: the prefetch may use fewer threads where more were
+    /// measured to lose (xfs on a fast device).
+    pub threads_auto: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,6 +116,7 @@ impl Default for Config {
                 enabled: true,
                 min_entries: DEFAULT_DIR_MIN,
                 threads: DEFAULT_DIR_THREADS,
+                threads_auto: true,
             },
             readahead: DEFAULT_READAHEAD,
             mmap: true,
@@ -379,6 +383,7 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Config, Vec<BadV
         &mut |v| match v.trim().parse::<usize>() {
             Ok(n) if (1..=64).contains(&n) => {
                 cfg.dir.threads = n;
+                cfg.dir.threads_auto = false;
                 true
             }
             _ => false,

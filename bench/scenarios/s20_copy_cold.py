@@ -23,9 +23,6 @@ def run(b):
     conts = contenders("no shim", "dropbehind", "nocache") + [
         Contender("dd iflag=nocache oflag=nocache", lambda case, cmd: cmd + ["iflag=nocache", "oflag=nocache"] if case == "dd bs=1M" else None),
         Contender("RWF_DONTCACHE reference", lambda case, cmd: [str(EXAMPLES / "uncached"), "copy", str(f), str(dst)] if case == "cp" else None),
-        # What any copy that keeps the cache out can do at best on this device: it must have
-        # written every byte before it ends, while a plain copy ends with them in memory.
-        Contender("O_DIRECT read+write threads (bounded-copy floor)", lambda case, cmd: [str(EXAMPLES / "direct_copy"), str(f), str(dst)] if case == "cp" else None),
     ]
 
     def one(case, c):
@@ -56,9 +53,7 @@ def run(b):
          ("synced", "seconds until on disk (+ sync)", "{:.2f}"), ("identical", "byte-identical", "{}")],
         ratio_of=["seconds", "synced"],
         note="Plain copies return with the copy still dirty in memory; the sync column adds the time to write it out. "
-             "Plain times vary a lot here: ext4 is mounted with `discard`, and deleting the previous 2 GiB copy stalls the next writer. "
-             "The O_DIRECT row (examples/direct_copy.rs, cp row only) reads and writes on two threads with 32 MiB of buffers and no page cache: "
-             "the floor for any copy whose footprint is bounded, since it must reach the disk before it ends.",
+             "Plain times vary a lot here: ext4 is mounted with `discard`, and deleting the previous 2 GiB copy stalls the next writer.",
     )
     if dst.exists():
         dst.unlink()
