@@ -32,6 +32,33 @@ def drop_caches():
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
+class DamonPaused:
+    """Stops the machine's DAMON daemons (kdamond) for a measurement and restarts them after.
+    On these VMs a DAMON pageout scheme reclaims memory idle for 60 s in the background: a
+    warm working set left alone lost 2.2 MiB of 375 in 10 s and 39 MiB in 90 s, with nothing
+    else running, which no contender causes. `paused` lists the daemons it stopped."""
+
+    ROOT = Path("/sys/kernel/mm/damon/admin/kdamonds")
+
+    def __enter__(self):
+        self.paused = []
+        for d in sorted(self.ROOT.glob("[0-9]*")) if self.ROOT.exists() else []:
+            try:
+                if (d / "state").read_text().strip() == "on":
+                    (d / "state").write_text("off\n")
+                    self.paused.append(d)
+            except OSError:
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for d in self.paused:
+            try:
+                (d / "state").write_text("on\n")
+            except OSError as e:
+                print(f"bench: could not restart DAMON {d.name}: {e}", file=sys.stderr)
+
+
 def vmstat(keys=("allocstall_normal", "allocstall_movable", "pgscan_direct", "pgsteal_direct")):
     out = {}
     for line in Path("/proc/vmstat").read_text().splitlines():
