@@ -10,6 +10,7 @@ fi
 missing=()
 command -v nocache >/dev/null || missing+=(nocache)
 command -v rsync >/dev/null || missing+=(rsync)
+command -v fio >/dev/null || missing+=(fio)
 if [ ${#missing[@]} -gt 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) ||
         echo "bench: could not install ${missing[*]}; those columns will say why" >&2
