@@ -57,6 +57,17 @@ print(fds, sorted(os.listdir('/proc/self/fd')), len(os.listdir('/proc/self/task'
 cold; a=$(python3 -c "$probe" "$d/aged"); cold; b=$(LD_PRELOAD="$LIB" python3 -c "$probe" "$d/aged")
 check "after closedir: same fd numbers, no fd or thread left ($b)" [ "$a" = "$b" ]
 
+# The prefetch threads lower their own priority, never the program's: its nice value, read
+# while the prefetch runs and after, stays what it was.
+nice_probe="import os,sys
+before=os.getpriority(os.PRIO_PROCESS, 0)
+it=os.scandir(sys.argv[1]); next(it)
+during=os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, os.getpid())
+it.close()
+print(before, during, os.getpriority(os.PRIO_PROCESS, 0))"
+cold; a=$(python3 -c "$nice_probe" "$d/aged"); cold; b=$(LD_PRELOAD="$LIB" python3 -c "$nice_probe" "$d/aged")
+check "the program's own priority is untouched ($b)" [ "$a" = "$b" ]
+
 # On the slow disk, where cold stats cost milliseconds.
 if is_root && "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
     sd=$d/slow
