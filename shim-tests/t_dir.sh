@@ -68,12 +68,29 @@ print(before, during, os.getpriority(os.PRIO_PROCESS, 0))"
 cold; a=$(python3 -c "$nice_probe" "$d/aged"); cold; b=$(LD_PRELOAD="$LIB" python3 -c "$nice_probe" "$d/aged")
 check "the program's own priority is untouched ($b)" [ "$a" = "$b" ]
 
+# A program that sandboxes itself (no_new_privs, then a seccomp filter on all its threads
+# that kills on statx and getdents64) while a prefetch of its directory is running: the
+# shim's threads must all be gone first, or the kernel kills the process (it did: SIGSYS).
+seccomp_check() { # WHERE DIR
+    if [ -x "$d/dir_seccomp" ]; then
+        cold; local a b
+        a=$("$d/dir_seccomp" "$2" 2>&1); cold; b=$(LD_PRELOAD="$LIB" "$d/dir_seccomp" "$2" 2>&1)
+        check "$1: seccomp filter during a prefetch, same end ($b)" [ "$a" = "$b" ]
+    fi
+}
+if command -v cc >/dev/null && cc -O0 -w -o "$d/dir_seccomp" "$ROOT/shim-tests/helpers/dir_seccomp.c" 2>/dev/null; then
+    seccomp_check "local disk" "$d/aged"
+else
+    skip "seccomp filter during a prefetch: no C compiler"
+fi
+
 # On the slow disk, where cold stats cost milliseconds.
 if is_root && "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
     sd=$d/slow
     if mnt=$("$ROOT/scripts/slowdisk.sh" up "$sd" --fs ext4 --size 1G 2>"$d/sd.err"); then
         python3 "$ROOT/scripts/make-dirs.py" aged "$mnt/aged" 5000
         run_suite "slow disk ext4" "$mnt/aged"
+        seccomp_check "slow disk ext4" "$mnt/aged"
     else
         skip "slow disk: $(cat "$d/sd.err")"
     fi

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::CString;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
@@ -45,6 +46,8 @@ pub fn workers() -> usize {
 
 /// Worker threads alive in this process, across all directories.
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
+/// Set for good when the program sandboxes itself: every job stops (see `shutdown`).
+static STOP: AtomicBool = AtomicBool::new(false);
 const MAX_WORKERS: usize = 64;
 /// Entries (sorted by inode) a worker takes at a time.
 const RUN: usize = 64;
@@ -105,6 +108,11 @@ impl Runs {
 }
 
 impl Job {
+    /// Closed by the program, or the shim is shutting down.
+    fn stopped(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed) || STOP.load(Ordering::Relaxed)
+    }
+
     /// Sorts a batch of listed entries by inode and queues it in runs for the workers.
     /// `position`: the directory offset the batch was listed from.
     fn emit(&self, position: u64, batch: Vec<(u64, CString)>) {
@@ -141,7 +149,7 @@ impl Job {
     fn next_run(&self) -> Option<Vec<CString>> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if self.cancel.load(Ordering::Relaxed) {
+            if self.stopped() {
                 return None;
             }
             if let Some(r) = q.pop() {
@@ -342,22 +350,29 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
         return false;
     }
     let spawned = crate::helper::spawn("dropbehind-dir", 256 * 1024, move || {
-        yield_cpu_to_program(job.kind);
-        if leader {
-            for _ in 1..threads {
-                if job.cancel.load(Ordering::Relaxed) || !spawn(job.clone(), threads, false) {
-                    break;
+        // Whatever goes wrong in here, the listing is declared done (the other workers
+        // would wait for it) and the thread is counted out.
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            yield_cpu_to_program(job.kind);
+            if leader {
+                for _ in 1..threads {
+                    if job.stopped() || !spawn(job.clone(), threads, false) {
+                        break;
+                    }
                 }
+                let _ = catch_unwind(AssertUnwindSafe(|| list(&job, threads)));
+                crate::debug!(
+                    "directory prefetch: {} entries listed in {} ms",
+                    INODES_WARMED.load(Ordering::Relaxed),
+                    job.started.elapsed().as_millis()
+                );
+                job.listing_done();
             }
-            list(&job, threads);
-            crate::debug!(
-                "directory prefetch: {} entries listed in {} ms",
-                INODES_WARMED.load(Ordering::Relaxed),
-                job.started.elapsed().as_millis()
-            );
+            work(&job);
+        }));
+        if leader {
             job.listing_done();
         }
-        work(&job);
         WORKERS.fetch_sub(1, Ordering::AcqRel);
     });
     if !spawned {
@@ -371,9 +386,10 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
 /// it could already stat the entries warmed so far (ext4 2.16 -> 1.98 s, btrfs 2.47 ->
 /// 2.14 s cold, 100k aged). Not on xfs: its lookups hand a sleeping directory-buffer lock
 /// from one waiter to the next, and a low-priority helper woken to take it holds up every
-/// lookup behind it, the program's too (5.5 -> 6.4 s).
+/// lookup behind it, the program's too (5.5 -> 6.4 s). Not under a seccomp filter either: a
+/// service hardened against `setpriority` (systemd's `~@resources`) would be killed for it.
 fn yield_cpu_to_program(kind: i64) {
-    if kind != XFS_SUPER_MAGIC {
+    if kind != XFS_SUPER_MAGIC && !crate::effects::seccomp_filtered() {
         // SAFETY: on Linux, PRIO_PROCESS with 0 names the calling thread.
         unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
     }
@@ -384,7 +400,7 @@ fn work(job: &Job) {
     // on the same inode block, which keeps one read in flight instead of one per thread.
     while let Some(run) = job.next_run() {
         for name in &run {
-            if job.cancel.load(Ordering::Relaxed) {
+            if job.stopped() {
                 return;
             }
             statx_nofollow(job.fd.0, name);
@@ -406,7 +422,7 @@ fn list(job: &Job, threads: usize) {
             // htree hash positions, in [0, 2^63).
             Some(1 << 63)
         } else {
-            offsets_end(fd, kind)
+            offsets_end(fd, kind, job)
         };
         if let Some(end) = end {
             crate::debug!(
@@ -414,7 +430,7 @@ fn list(job: &Job, threads: usize) {
                 job.started.elapsed().as_millis()
             );
             let emit = |position, b| job.emit(position, b);
-            return list_ranges(fd, split(0, end, threads), &emit);
+            return list_ranges(job, split(0, end, threads), &emit);
         }
     }
     // SAFETY: rewinding our own fd.
@@ -423,7 +439,7 @@ fn list(job: &Job, threads: usize) {
     let mut batch = Vec::new();
     let mut listed = 0;
     let mut batch_size = FIRST_BATCH;
-    while !job.cancel.load(Ordering::Relaxed) && getdents(fd, &mut buf, &mut batch) > 0 {
+    while !job.stopped() && getdents(fd, &mut buf, &mut batch) > 0 {
         if batch.len() >= batch_size {
             let n = batch.len() as u64;
             job.emit(listed, batch.drain(..).map(|(i, n, _)| (i, n)).collect());
@@ -465,7 +481,7 @@ fn split(start: u64, end: u64, n: usize) -> Vec<(u64, u64)> {
 /// Where a directory's offsets end, for filesystems whose offsets can be split: xfs (a
 /// byte offset in the directory's data space, divided by 8: the data space is st_size
 /// long) and btrfs (per-directory index numbers, found by probing).
-fn offsets_end(fd: i32, kind: i64) -> Option<u64> {
+fn offsets_end(fd: i32, kind: i64, job: &Job) -> Option<u64> {
     match kind {
         XFS_SUPER_MAGIC => {
             // SAFETY: fstat writes `st`.
@@ -473,21 +489,24 @@ fn offsets_end(fd: i32, kind: i64) -> Option<u64> {
             (unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) } == 0)
                 .then(|| (st.st_size as u64).div_ceil(8) + 1)
         }
-        BTRFS_SUPER_MAGIC => btrfs_index_end(fd),
+        BTRFS_SUPER_MAGIC => btrfs_index_end(fd, job),
         _ => None,
     }
 }
 
 /// A bound on a btrfs directory's index numbers. A probe seeks to an index and asks for one
-/// entry: one b-tree search, a device read or two when cold, so the probes run in parallel,
-/// each on its own fd: first at powers of two, then at 15 points between the last power
-/// that found entries and the first that did not (the bound is then within 1/16 of it).
-fn btrfs_index_end(fd: i32) -> Option<u64> {
+/// entry: one b-tree search, a device read or two when cold, so the probes run in parallel:
+/// first at powers of two, then at 15 points between the last power that found entries and
+/// the first that did not (the bound is then within 1/16 of it).
+fn btrfs_index_end(fd: i32, job: &Job) -> Option<u64> {
     let powers: Vec<u64> = (12..=30).map(|k| 1u64 << k).collect();
     let found = entries_at(fd, &powers)?;
     let first_miss = found.iter().position(|f| !f)?;
     if first_miss == 0 {
         return Some(powers[0]);
+    }
+    if job.stopped() {
+        return None;
     }
     let (lo, hi) = (powers[first_miss - 1], powers[first_miss]);
     let step = (hi - lo) / 16;
@@ -496,37 +515,57 @@ fn btrfs_index_end(fd: i32) -> Option<u64> {
     Some(found.iter().position(|f| !f).map_or(hi, |i| points[i]))
 }
 
-/// For each position: does the directory list anything from there?
+/// For each position: does the directory list anything from there? A few threads, each
+/// with one fd of its own, take every PROBERS-th position (an fd per position would take
+/// dozens of fds at once from a program that may be near its limit).
 fn entries_at(fd: i32, positions: &[u64]) -> Option<Vec<bool>> {
-    std::thread::scope(|s| {
-        let probes: Vec<_> = positions
-            .iter()
-            .map(|&pos| {
+    const PROBERS: usize = 4;
+    let n = positions.len().clamp(1, PROBERS);
+    let parts: Vec<Option<Vec<bool>>> = std::thread::scope(|s| {
+        let probers: Vec<_> = (0..n)
+            .map(|k| {
                 std::thread::Builder::new()
                     .stack_size(64 * 1024)
                     .spawn_scoped(s, move || {
                         let own = own_dir_fd(fd)?;
-                        // SAFETY: seeking our own fd.
-                        unsafe {
-                            libc::syscall(libc::SYS_lseek, own.0, pos as i64, libc::SEEK_SET)
-                        };
                         let mut buf = [0u8; 1024];
-                        Some(getdents(own.0, &mut buf, &mut Vec::new()) > 0)
+                        let mut scratch = Vec::new();
+                        let found = positions.iter().skip(k).step_by(n).map(|&pos| {
+                            // SAFETY: seeking our own fd.
+                            unsafe {
+                                libc::syscall(libc::SYS_lseek, own.0, pos as i64, libc::SEEK_SET)
+                            };
+                            scratch.clear();
+                            getdents(own.0, &mut buf, &mut scratch) > 0
+                        });
+                        Some(found.collect::<Vec<bool>>())
                     })
                     .ok()
             })
             .collect();
-        probes
+        // Every thread joined here, so that none is left for the scope to re-raise.
+        probers
             .into_iter()
-            .map(|p| p?.join().ok().flatten())
+            .map(|p| p.and_then(|h| h.join().ok().flatten()))
             .collect()
-    })
+    });
+    let mut found = vec![false; positions.len()];
+    for (k, part) in parts.into_iter().enumerate() {
+        for (j, f) in part?.into_iter().enumerate() {
+            found[k + j * n] = f;
+        }
+    }
+    Some(found)
 }
 
 /// Lists each range of directory offsets on its own fd, in parallel; `out` gets batches as
 /// they come (an entry at a range's end may be listed twice: harmless).
-fn list_ranges(fd: i32, ranges: Vec<(u64, u64)>, out: &(dyn Fn(u64, Vec<(u64, CString)>) + Sync)) {
-    let kind = fs_type(fd);
+fn list_ranges(
+    job: &Job,
+    ranges: Vec<(u64, u64)>,
+    out: &(dyn Fn(u64, Vec<(u64, CString)>) + Sync),
+) {
+    let (fd, kind) = (job.fd.0, job.kind);
     std::thread::scope(|s| {
         for (start, end) in ranges {
             // A range that cannot get a thread is left out: the prefetch is best effort.
@@ -544,7 +583,7 @@ fn list_ranges(fd: i32, ranges: Vec<(u64, u64)>, out: &(dyn Fn(u64, Vec<(u64, CS
                     let mut pos = start;
                     let mut part_start = start;
                     let mut batch_size = FIRST_BATCH;
-                    'outer: loop {
+                    'outer: while !job.stopped() {
                         let mut batch = Vec::new();
                         if getdents(own.0, &mut buf, &mut batch) <= 0 {
                             break;
@@ -590,6 +629,26 @@ fn register(dirfd: i32, job: Arc<Job>) {
 }
 
 /// Called before the program closes the directory stream on `dirfd`: its job stops.
+/// The program is about to sandbox itself: every prefetch stops, and this waits (up to
+/// 200 ms) until no worker is left to make a syscall the sandbox might punish.
+pub fn shutdown() {
+    STOP.store(true, Ordering::SeqCst);
+    let mut waited = false;
+    for _ in 0..400 {
+        if WORKERS.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        waited = true;
+        // SAFETY: plain sleep.
+        unsafe { libc::usleep(500) };
+    }
+    if waited {
+        // A worker counts itself out just before its thread ends: let that end happen.
+        // SAFETY: plain sleep.
+        unsafe { libc::usleep(1000) };
+    }
+}
+
 pub fn closing(dirfd: i32) {
     let key = dirfd as usize + 1;
     for i in 0..JOBS {

@@ -444,3 +444,31 @@ pub fn thread_count() -> Option<u64> {
     let rest = &text[text.rfind(')')? + 1..];
     rest.split_whitespace().nth(17)?.parse().ok()
 }
+
+/// Whether a seccomp filter (or strict mode) is on for the calling thread
+/// (/proc/thread-self/status, `Seccomp:`). Unknown counts as filtered.
+pub fn seccomp_filtered() -> bool {
+    let _e = ErrnoGuard::new();
+    let mut buf = [0u8; 4096];
+    // SAFETY: NUL-terminated path; `buf` outlives the read.
+    let n = unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/thread-self/status".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return true;
+        }
+        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
+        libc::syscall(libc::SYS_close, fd);
+        n
+    };
+    let Ok(text) = std::str::from_utf8(&buf[..n.max(0) as usize]) else {
+        return true;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .is_none_or(|mode| mode.trim() != "0")
+}

@@ -57,6 +57,7 @@ pub fn disable() {
     // Helper threads stop before the sandbox could kill the process for their syscalls.
     crate::prefetch::shutdown();
     crate::mapwatch::shutdown();
+    crate::dirprefetch::shutdown();
 }
 
 #[inline]
