@@ -420,16 +420,14 @@ pub fn open_pagemap() -> Option<i32> {
     if fd < 0 { None } else { move_high(fd) }
 }
 
-/// Threads in this process (/proc/self/stat, field 20).
-pub fn thread_count() -> Option<u64> {
-    let _e = ErrnoGuard::new();
-    let mut buf = [0u8; 1024];
+/// Reads a small /proc file into `buf` (one read: what fits), as text.
+fn read_proc<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a str> {
     // SAFETY: NUL-terminated path; `buf` outlives the read.
     let n = unsafe {
         let fd = libc::syscall(
             libc::SYS_openat,
             libc::AT_FDCWD,
-            c"/proc/self/stat".as_ptr(),
+            path.as_ptr(),
             libc::O_RDONLY | libc::O_CLOEXEC,
         );
         if fd < 0 {
@@ -439,7 +437,14 @@ pub fn thread_count() -> Option<u64> {
         libc::syscall(libc::SYS_close, fd);
         n
     };
-    let text = std::str::from_utf8(&buf[..n.max(0) as usize]).ok()?;
+    std::str::from_utf8(&buf[..n.max(0) as usize]).ok()
+}
+
+/// Threads in this process (/proc/self/stat, field 20).
+pub fn thread_count() -> Option<u64> {
+    let _e = ErrnoGuard::new();
+    let mut buf = [0u8; 1024];
+    let text = read_proc(c"/proc/self/stat", &mut buf)?;
     // Fields after the command name, which may hold spaces and parentheses.
     let rest = &text[text.rfind(')')? + 1..];
     rest.split_whitespace().nth(17)?.parse().ok()
@@ -450,25 +455,9 @@ pub fn thread_count() -> Option<u64> {
 pub fn seccomp_filtered() -> bool {
     let _e = ErrnoGuard::new();
     let mut buf = [0u8; 4096];
-    // SAFETY: NUL-terminated path; `buf` outlives the read.
-    let n = unsafe {
-        let fd = libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            c"/proc/thread-self/status".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
-            return true;
-        }
-        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
-        libc::syscall(libc::SYS_close, fd);
-        n
-    };
-    let Ok(text) = std::str::from_utf8(&buf[..n.max(0) as usize]) else {
-        return true;
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix("Seccomp:"))
-        .is_none_or(|mode| mode.trim() != "0")
+    read_proc(c"/proc/thread-self/status", &mut buf).is_none_or(|text| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("Seccomp:"))
+            .is_none_or(|mode| mode.trim() != "0")
+    })
 }
