@@ -278,32 +278,11 @@ pub fn device_limits(dev: u64) -> Option<(u64, u64)> {
 }
 
 /// Reads a decimal number from a small file named by the NUL-terminated `path`, without
-/// allocating (raw open, read, close).
+/// allocating.
 fn read_small_number(path: &[u8]) -> Option<u64> {
     let _e = ErrnoGuard::new();
-    // SAFETY: `path` is NUL-terminated; `buf` outlives the read.
-    unsafe {
-        let fd = libc::syscall(
-            libc::SYS_openat,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
-            return None;
-        }
-        let mut buf = [0u8; 32];
-        let n = libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len());
-        libc::syscall(libc::SYS_close, fd);
-        if n <= 0 {
-            return None;
-        }
-        std::str::from_utf8(&buf[..n as usize])
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    }
+    let path = std::ffi::CStr::from_bytes_until_nul(path).ok()?;
+    read_proc(path, &mut [0u8; 32])?.trim().parse().ok()
 }
 
 /// madvise on an address range of the program's. The caller guarantees the range is still
@@ -420,7 +399,7 @@ pub fn open_pagemap() -> Option<i32> {
     if fd < 0 { None } else { move_high(fd) }
 }
 
-/// Reads a small /proc file into `buf` (one read: what fits), as text.
+/// Reads a small file (/proc, /sys) into `buf` with raw calls (one read: what fits), as text.
 fn read_proc<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a str> {
     // SAFETY: NUL-terminated path; `buf` outlives the read.
     let n = unsafe {
@@ -460,4 +439,19 @@ pub fn seccomp_filtered() -> bool {
             .find_map(|l| l.strip_prefix("Seccomp:"))
             .is_none_or(|mode| mode.trim() != "0")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_numbers_read_from_proc_and_sys() {
+        assert!(read_small_number(b"/proc/sys/kernel/pid_max\0").is_some_and(|n| n > 0));
+        // As device_limits builds paths: a NUL, then the rest of the buffer.
+        let mut path = [0u8; 64];
+        path[..24].copy_from_slice(b"/proc/sys/kernel/pid_max");
+        assert!(read_small_number(&path).is_some_and(|n| n > 0));
+        assert_eq!(read_small_number(b"/nonexistent\0"), None);
+    }
 }
