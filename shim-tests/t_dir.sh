@@ -67,6 +67,22 @@ it.close()
 print(before, during, os.getpriority(os.PRIO_PROCESS, 0))"
 cold; a=$(python3 -c "$nice_probe" "$d/aged"); cold; b=$(LD_PRELOAD="$LIB" python3 -c "$nice_probe" "$d/aged")
 check "the program's own priority is untouched ($b)" [ "$a" = "$b" ]
+# ... while the prefetch threads themselves run at nice 19 (not on xfs; this is not xfs).
+helpers_nice="import os,sys,time
+it=os.scandir(sys.argv[1]); next(it)
+seen=set(); end=time.monotonic() + 2
+while time.monotonic() < end and '19' not in seen:
+    for t in os.listdir('/proc/self/task'):
+        try:
+            if open(f'/proc/self/task/{t}/comm').read().strip() == 'dropbehind-dir':
+                seen.add(open(f'/proc/self/task/{t}/stat').read().rsplit(')', 1)[1].split()[16])
+        except OSError:
+            pass
+    time.sleep(0.001)
+print('19' in seen)"
+cold; b=$(LD_PRELOAD="$LIB" python3 -c "$helpers_nice" "$d/aged")
+if [ "$(stat -f -c %T "$d")" = xfs ]; then skip "helper priority: scratch dir on xfs"
+else check "prefetch threads run at nice 19 ($b)" [ "$b" = True ]; fi
 
 # A program that sandboxes itself (no_new_privs, then a seccomp filter on all its threads
 # that kills on statx and getdents64) while a prefetch of its directory is running: the

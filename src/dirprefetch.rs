@@ -628,27 +628,14 @@ fn register(dirfd: i32, job: Arc<Job>) {
     // Table full: the job runs to its end on its own.
 }
 
-/// Called before the program closes the directory stream on `dirfd`: its job stops.
 /// The program is about to sandbox itself: every prefetch stops, and this waits (up to
 /// 200 ms) until no worker is left to make a syscall the sandbox might punish.
 pub fn shutdown() {
     STOP.store(true, Ordering::SeqCst);
-    let mut waited = false;
-    for _ in 0..400 {
-        if WORKERS.load(Ordering::SeqCst) == 0 {
-            break;
-        }
-        waited = true;
-        // SAFETY: plain sleep.
-        unsafe { libc::usleep(500) };
-    }
-    if waited {
-        // A worker counts itself out just before its thread ends: let that end happen.
-        // SAFETY: plain sleep.
-        unsafe { libc::usleep(1000) };
-    }
+    crate::helper::wait_until_stopped(200, || WORKERS.load(Ordering::SeqCst) == 0);
 }
 
+/// Called before the program closes the directory stream on `dirfd`: its job stops.
 pub fn closing(dirfd: i32) {
     let key = dirfd as usize + 1;
     for i in 0..JOBS {

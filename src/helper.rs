@@ -30,6 +30,25 @@ pub fn wait(word: &AtomicU32, seen: u32, timeout: Option<&libc::timespec>) -> bo
     !(r < 0 && crate::residency::errno() == libc::ETIMEDOUT)
 }
 
+/// Waits, at most `timeout_ms`, until `gone` says a helper's threads have stopped (the
+/// shim is being disabled before a sandbox). A thread marks itself gone just before glibc
+/// runs its thread exit, which still makes system calls: when there was anything to wait
+/// for, a short grace lets that finish too.
+pub fn wait_until_stopped(timeout_ms: u32, gone: impl Fn() -> bool) {
+    if gone() {
+        return;
+    }
+    for _ in 0..timeout_ms * 2 {
+        if gone() {
+            break;
+        }
+        // SAFETY: plain sleep.
+        unsafe { libc::usleep(500) };
+    }
+    // SAFETY: plain sleep.
+    unsafe { libc::usleep(1000) };
+}
+
 /// Wakes one thread sleeping on `word`.
 pub fn wake(word: &AtomicU32) {
     futex(word, libc::FUTEX_WAKE, 1, None);

@@ -499,13 +499,7 @@ pub fn shutdown() {
     STOP.store(true, SeqCst);
     WAKE.fetch_add(1, SeqCst);
     crate::helper::wake(&WAKE);
-    for _ in 0..200 {
-        if EXITED.load(SeqCst) {
-            break;
-        }
-        // SAFETY: plain sleep.
-        unsafe { libc::usleep(500) };
-    }
+    crate::helper::wait_until_stopped(100, || EXITED.load(SeqCst));
 }
 
 pub fn stopped() -> bool {

@@ -210,13 +210,7 @@ pub fn shutdown() {
     STOP.store(true, Ordering::SeqCst);
     WAKE.fetch_add(1, Ordering::SeqCst);
     crate::helper::wake(&WAKE);
-    for _ in 0..200 {
-        if EXITED.load(Ordering::SeqCst) {
-            break;
-        }
-        // SAFETY: plain sleep.
-        unsafe { libc::usleep(500) };
-    }
+    crate::helper::wait_until_stopped(100, || EXITED.load(Ordering::SeqCst));
 }
 
 fn spawn() -> bool {

@@ -57,7 +57,7 @@ def run(b):
         [("kept_pct", "working set still cached, %", "{:.1f}"), ("warm", "warm scan, s", "{:.3f}"),
          ("rescan", "re-scan after, s", "{:.3f}"), ("rescan_ratio", "re-scan / warm", "{:.2f}"),
          ("aggressor_s", "read/copy, s", "{:.2f}")],
-        note=("DAMON's background pageout was paused for these runs (it took 2.2 MiB of an idle 375 MiB set in 10 s here). " if damon.paused else "")
+        note=("DAMON's background pageout was paused for these runs (it reclaims from idle warm sets). " if damon.paused else "")
              + "The control runs no read or copy: the set is warmed, left idle for 3 s, and re-scanned.",
     )
     if dst.exists():
