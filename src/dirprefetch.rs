@@ -56,6 +56,9 @@ const RUN: usize = 64;
 const FIRST_BATCH: usize = 256;
 const STREAM_BATCH: usize = 4096;
 
+/// Threads (each with an fd) probing a btrfs directory's index numbers at once.
+const PROBERS: usize = 4;
+
 /// A probe stat slower than this means the inode came from the device.
 const PROBE_COLD_US: u128 = 30;
 
@@ -73,6 +76,10 @@ const XFS_FAST_DEVICE_THREADS: usize = 2;
 /// listing 100k aged entries took 0.8-1 s on the slow disk).
 struct Job {
     fd: OwnFd,
+    /// fds of our own for the listers and probes, opened in the program's opendir: opened
+    /// from a helper thread, an fd would hold the lowest free number for a moment, and a
+    /// program opening a file just then would get another number than without the shim.
+    spare_fds: Mutex<Vec<OwnFd>>,
     /// The filesystem's magic number (statfs f_type).
     kind: i64,
     cancel: AtomicBool,
@@ -108,6 +115,22 @@ impl Runs {
 }
 
 impl Job {
+    /// One of the fds opened for this job at opendir; None when they are used up.
+    fn spare_fd(&self) -> Option<OwnFd> {
+        self.spare_fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+    }
+
+    /// Back to the spares, for the next user (a probe's fd, for the listers).
+    fn give_back(&self, fd: OwnFd) {
+        self.spare_fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(fd);
+    }
+
     /// Closed by the program, or the shim is shutting down.
     fn stopped(&self) -> bool {
         self.cancel.load(Ordering::Relaxed) || STOP.load(Ordering::Relaxed)
@@ -282,8 +305,27 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         DIRS_WARM.fetch_add(1, Ordering::Relaxed);
         return true;
     };
+    let kind = fs_type(fd.0);
+    let threads = if cfg.threads_auto && kind == XFS_SUPER_MAGIC && latency_us < FAST_DEVICE_US {
+        XFS_FAST_DEVICE_THREADS.min(cfg.threads)
+    } else {
+        cfg.threads
+    };
+    // One per lister (one per thread), and btrfs's probes.
+    let spares = if threads > 1 {
+        threads
+            + if kind == BTRFS_SUPER_MAGIC {
+                PROBERS
+            } else {
+                0
+            }
+    } else {
+        0
+    };
+    let spare_fds = (0..spares).map_while(|_| own_dir_fd(fd.0)).collect();
     let job = Arc::new(Job {
-        kind: fs_type(fd.0),
+        kind,
+        spare_fds: Mutex::new(spare_fds),
         fd,
         cancel: AtomicBool::new(false),
         queue: Mutex::new(Runs::default()),
@@ -295,12 +337,6 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
     // while the leader finds out how to split the listing (it lists these again: a second
     // stat of a cached inode is cheap, and it is not counted twice).
     job.queue(0, first);
-    let threads = if cfg.threads_auto && job.kind == XFS_SUPER_MAGIC && latency_us < FAST_DEVICE_US
-    {
-        XFS_FAST_DEVICE_THREADS.min(cfg.threads)
-    } else {
-        cfg.threads
-    };
     if spawn(job.clone(), threads, true) {
         DIRS_PREFETCHED.fetch_add(1, Ordering::Relaxed);
         register(dirfd, job);
@@ -489,7 +525,7 @@ fn offsets_end(fd: i32, kind: i64, job: &Job) -> Option<u64> {
             (unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) } == 0)
                 .then(|| (st.st_size as u64).div_ceil(8) + 1)
         }
-        BTRFS_SUPER_MAGIC => btrfs_index_end(fd, job),
+        BTRFS_SUPER_MAGIC => btrfs_index_end(job),
         _ => None,
     }
 }
@@ -498,9 +534,9 @@ fn offsets_end(fd: i32, kind: i64, job: &Job) -> Option<u64> {
 /// entry: one b-tree search, a device read or two when cold, so the probes run in parallel:
 /// first at powers of two, then at 15 points between the last power that found entries and
 /// the first that did not (the bound is then within 1/16 of it).
-fn btrfs_index_end(fd: i32, job: &Job) -> Option<u64> {
+fn btrfs_index_end(job: &Job) -> Option<u64> {
     let powers: Vec<u64> = (12..=30).map(|k| 1u64 << k).collect();
-    let found = entries_at(fd, &powers)?;
+    let found = entries_at(job, &powers)?;
     let first_miss = found.iter().position(|f| !f)?;
     if first_miss == 0 {
         return Some(powers[0]);
@@ -511,15 +547,14 @@ fn btrfs_index_end(fd: i32, job: &Job) -> Option<u64> {
     let (lo, hi) = (powers[first_miss - 1], powers[first_miss]);
     let step = (hi - lo) / 16;
     let points: Vec<u64> = (1..16).map(|i| lo + i * step).collect();
-    let found = entries_at(fd, &points)?;
+    let found = entries_at(job, &points)?;
     Some(found.iter().position(|f| !f).map_or(hi, |i| points[i]))
 }
 
 /// For each position: does the directory list anything from there? A few threads, each
-/// with one fd of its own, take every PROBERS-th position (an fd per position would take
-/// dozens of fds at once from a program that may be near its limit).
-fn entries_at(fd: i32, positions: &[u64]) -> Option<Vec<bool>> {
-    const PROBERS: usize = 4;
+/// with one of the job's spare fds, take every PROBERS-th position, then give the fd back
+/// for the listers.
+fn entries_at(job: &Job, positions: &[u64]) -> Option<Vec<bool>> {
     let n = positions.len().clamp(1, PROBERS);
     let parts: Vec<Option<Vec<bool>>> = std::thread::scope(|s| {
         let probers: Vec<_> = (0..n)
@@ -527,7 +562,7 @@ fn entries_at(fd: i32, positions: &[u64]) -> Option<Vec<bool>> {
                 std::thread::Builder::new()
                     .stack_size(64 * 1024)
                     .spawn_scoped(s, move || {
-                        let own = own_dir_fd(fd)?;
+                        let own = job.spare_fd()?;
                         let mut buf = [0u8; 1024];
                         let mut scratch = Vec::new();
                         let found = positions.iter().skip(k).step_by(n).map(|&pos| {
@@ -538,7 +573,9 @@ fn entries_at(fd: i32, positions: &[u64]) -> Option<Vec<bool>> {
                             scratch.clear();
                             getdents(own.0, &mut buf, &mut scratch) > 0
                         });
-                        Some(found.collect::<Vec<bool>>())
+                        let found = found.collect::<Vec<bool>>();
+                        job.give_back(own);
+                        Some(found)
                     })
                     .ok()
             })
@@ -565,7 +602,7 @@ fn list_ranges(
     ranges: Vec<(u64, u64)>,
     out: &(dyn Fn(u64, Vec<(u64, CString)>) + Sync),
 ) {
-    let (fd, kind) = (job.fd.0, job.kind);
+    let kind = job.kind;
     std::thread::scope(|s| {
         for (start, end) in ranges {
             // A range that cannot get a thread is left out: the prefetch is best effort.
@@ -573,7 +610,7 @@ fn list_ranges(
                 .stack_size(256 * 1024)
                 .spawn_scoped(s, move || {
                     yield_cpu_to_program(kind);
-                    let Some(own) = own_dir_fd(fd) else {
+                    let Some(own) = job.spare_fd() else {
                         return;
                     };
                     // SAFETY: seeking our own fd.
