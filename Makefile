@@ -5,7 +5,7 @@ RELEASE := target/release
 LIB := $(RELEASE)/libdropbehind.so
 BIN := $(RELEASE)/dropbehind
 
-.PHONY: all build demo test unit-test shim-test install uninstall bench bench-quick clean
+.PHONY: all build demo test lint unit-test shim-test install uninstall bench bench-quick clean
 
 all: build
 
@@ -15,13 +15,22 @@ build:
 demo: build
 	scripts/demo.sh
 
+# Formatting and clippy with the installed toolchain (no toolchain file: nothing to download);
+# a missing rustfmt or clippy is named in one line and the rest still runs.
+lint:
+	@if $(CARGO) fmt --version >/dev/null 2>&1; then $(CARGO) fmt --all -- --check; \
+	else echo "lint: rustfmt is not installed, formatting not checked"; fi
+	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
+	$(CARGO) clippy --release --locked --all-targets -- -D warnings; \
+	else echo "lint: clippy is not installed, lints not checked"; fi
+
 unit-test:
-	$(CARGO) test --release --locked
+	$(CARGO) test --release --locked --workspace
 
 shim-test: build
 	shim-tests/run.sh
 
-test: unit-test shim-test
+test: lint unit-test shim-test
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib

@@ -54,7 +54,17 @@ fn cstr(b: &[u8]) -> CString {
 
 /// Child side, between fork and exec: no allocation. On failure, send (stage, errno)
 /// through the close-on-exec pipe and _exit(127).
+///
+/// # Safety
+///
+/// Call only in the child of `fork()`, right after it returns 0: the function makes only
+/// async-signal-safe calls, never returns, and leaves by exec or `_exit`. `argv` must be a
+/// null-terminated array (at least the terminator) of pointers to NUL-terminated strings
+/// that stay alive until exec, and `wfd` must be the write end of a close-on-exec pipe.
 unsafe fn child(procs: &CString, argv: &[*const libc::c_char], wfd: libc::c_int) -> ! {
+    // SAFETY: `msg` is a live local of 2 * 4 = 8 bytes, all that write reads; `wfd` is an
+    // fd number (a bad one only makes write fail) and `_exit` is always sound. Both calls
+    // are async-signal-safe, as required between fork and exec.
     let fail = |stage: i32| unsafe {
         let msg = [
             stage,
@@ -64,13 +74,23 @@ unsafe fn child(procs: &CString, argv: &[*const libc::c_char], wfd: libc::c_int)
         libc::_exit(127)
     };
     let mut buf = std::io::Cursor::new([0u8; 24]); // formatting into it does not allocate
+    // SAFETY: getpid takes no arguments, touches no memory and is async-signal-safe.
     let _ = write!(buf, "{}", unsafe { libc::getpid() });
     let len = buf.position() as usize;
+    // SAFETY: `procs` is a borrowed CString, so its pointer is NUL-terminated and alive for
+    // the call; open is async-signal-safe.
     let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    // SAFETY: reached only when fd >= 0 (short-circuit `||`); `buf` is a live local array
+    // of 24 bytes and `len` = its write position <= 24, so write reads only inside it.
     if fd < 0 || unsafe { libc::write(fd, buf.get_ref().as_ptr().cast(), len) } != len as isize {
         fail(1);
     }
+    // SAFETY: `fd` was opened above by this function and is not used again.
     unsafe { libc::close(fd) };
+    // SAFETY: per this function's contract `argv` is a null-terminated array of pointers to
+    // NUL-terminated strings that outlive the call, and `argv[0]` is its first element
+    // (the program name, or the terminator, which makes execvp fail); execvp is one of the
+    // exec calls allowed between fork and exec.
     unsafe { libc::execvp(argv[0], argv.as_ptr()) };
     fail(2)
 }
@@ -89,30 +109,41 @@ fn main() {
         std::fs::File::create(p).unwrap_or_else(|e| usage_error(format!("{}: {e}", p.display())))
     });
     let mut fds = [0; 2];
+    // SAFETY: `fds` is a live local `[c_int; 2]`, exactly the two ints pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         eprintln!("footprint: pipe2: {}", std::io::Error::last_os_error());
         std::process::exit(1);
     }
 
     let t0 = Instant::now();
+    // SAFETY: the process is still single-threaded here (no thread has been spawned), and
+    // the child only runs `child`, which makes async-signal-safe calls until exec/_exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         eprintln!("footprint: fork: {}", std::io::Error::last_os_error());
         std::process::exit(1);
     }
     if pid == 0 {
+        // SAFETY: we are in the child right after fork returned 0; `argv` ends with a null
+        // pointer and points into `cargs`, which live on (the call never returns); fds[1]
+        // is the close-on-exec write end of the pipe made above.
         unsafe { child(&procs, &argv, fds[1]) };
     }
+    // SAFETY: fds[1] is the parent's copy of the pipe's write end, owned here and not used
+    // again, so the read below sees EOF once the child has exec'd.
     unsafe { libc::close(fds[1]) };
     // EOF on the pipe means exec succeeded; 8 bytes mean the child failed before it.
     let mut msg = [0i32; 2];
     let n = loop {
+        // SAFETY: `msg` is a live local `[i32; 2]` of 8 bytes, the most read writes.
         let n = unsafe { libc::read(fds[0], msg.as_mut_ptr().cast(), 8) };
         if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             break n;
         }
     };
     if n == 8 {
+        // SAFETY: `pid` is our own child; a null status pointer is allowed and nothing is
+        // written through it.
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
         let err = std::io::Error::from_raw_os_error(msg[1]);
         if msg[0] == 1 {
@@ -127,6 +158,8 @@ fn main() {
     }
 
     // A pidfd turns the sleep into a wait that ends early when the child exits.
+    // SAFETY: pidfd_open takes two integers (pid, flags) and no pointers; a failure just
+    // returns -1, which the loop below checks.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
     let mut samples: Vec<(u128, u64)> = Vec::new();
     let mut status = 0;
@@ -134,6 +167,7 @@ fn main() {
         if let Some(u) = read_u64(&usage) {
             samples.push((t0.elapsed().as_millis(), u));
         }
+        // SAFETY: `status` is a live local c_int, the only memory waitpid writes.
         if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
             break;
         }
@@ -143,6 +177,7 @@ fn main() {
                 events: libc::POLLIN,
                 revents: 0,
             };
+            // SAFETY: `pfd` is one live local pollfd and nfds is 1, so poll touches only it.
             unsafe { libc::poll(&mut pfd, 1, args.interval_ms.min(i32::MAX as u64) as i32) };
         } else {
             std::thread::sleep(std::time::Duration::from_millis(args.interval_ms));

@@ -67,6 +67,7 @@ fn preads(fd: i32, pages: u64, ops: u64) -> Result<(), String> {
         x ^= x << 17;
         let off = (x % pages) * PAGE;
         check(
+            // SAFETY: `buf` is a live local of `buf.len()` bytes, which is all pread writes.
             unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off as libc::off_t) },
             "pread",
         )?;
@@ -82,16 +83,20 @@ fn run(mode: &Mode) -> Result<(&'static str, u64, f64), String> {
     };
     let Some(path) = file else {
         let mut fds = [0; 2];
+        // SAFETY: `fds` is a live local `[c_int; 2]`, exactly the two ints pipe writes.
         check(unsafe { libc::pipe(fds.as_mut_ptr()) } as isize, "pipe")?;
         let mut buf = [0u8; PAGE as usize];
         let t = Instant::now();
         for _ in 0..ops {
             check(
+                // SAFETY: `buf` is a live local of `buf.len()` bytes, which is all write reads.
                 unsafe { libc::write(fds[1], buf.as_ptr().cast(), buf.len()) },
                 "pipe write",
             )?;
             let mut got = 0;
             while got < buf.len() {
+                // SAFETY: `buf[got..]` is a live slice of `buf.len() - got` bytes, which is
+                // all read may write.
                 let n =
                     unsafe { libc::read(fds[0], buf[got..].as_mut_ptr().cast(), buf.len() - got) };
                 check(n, "pipe read")?;
@@ -119,6 +124,7 @@ fn run(mode: &Mode) -> Result<(&'static str, u64, f64), String> {
         for p in 0..pages {
             let off = (p * PAGE) as libc::off_t;
             check(
+                // SAFETY: `buf` is a live local of `buf.len()` bytes, which is all pread writes.
                 unsafe { libc::pread(f.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off) },
                 "pread",
             )?;

@@ -37,7 +37,9 @@ struct Args {
 }
 
 fn majflt() -> i64 {
+    // SAFETY: `rusage` is a plain C struct of integers, for which all-zero bytes are valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a live local `rusage`, the only memory getrusage writes.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     ru.ru_majflt as i64
 }
@@ -47,6 +49,7 @@ fn run(args: &Args) -> Result<String, String> {
     let file = std::fs::File::open(&args.file).map_err(|e| format!("{name}: {e}"))?;
     let fd = file.as_raw_fd();
     let size = file.metadata().map_err(|e| format!("{name}: {e}"))?.len();
+    // SAFETY: sysconf takes an integer name and no pointers.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     let npages = size.div_ceil(page);
     if npages == 0 {
@@ -55,6 +58,8 @@ fn run(args: &Args) -> Result<String, String> {
     let len = size as usize;
     let mut base: *const u8 = std::ptr::null();
     if args.mode == Mode::Mmap {
+        // SAFETY: a new read-only shared mapping (null hint) of `len` > 0 bytes of `file`,
+        // which stays open for the call, overlaps no Rust object; MAP_FAILED is checked below.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -68,6 +73,8 @@ fn run(args: &Args) -> Result<String, String> {
         if p == libc::MAP_FAILED {
             return Err(format!("{name}: mmap: {}", std::io::Error::last_os_error()));
         }
+        // SAFETY: `p`/`len` are exactly the mapping just made; MADV_RANDOM is only a
+        // read-ahead hint and changes no memory contents.
         if args.madv_random && unsafe { libc::madvise(p, len, libc::MADV_RANDOM) } != 0 {
             return Err(format!(
                 "{name}: madvise: {}",
@@ -85,8 +92,12 @@ fn run(args: &Args) -> Result<String, String> {
     for _ in 0..args.count {
         let off = idx * page;
         if args.mode == Mode::Mmap {
+            // SAFETY: in mmap mode `base` is the `len`-byte mapping made above (unmapped only
+            // after this loop); idx < npages = ceil(size / page), so off = idx * page < size
+            // = len and the byte read is inside it.
             sum = sum.wrapping_add(unsafe { base.add(off as usize).read_volatile() } as u64);
         } else {
+            // SAFETY: `buf` is a live local of `buf.len()` bytes, which is all pread writes.
             let n =
                 unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off as libc::off_t) };
             if n < 0 {
@@ -103,6 +114,8 @@ fn run(args: &Args) -> Result<String, String> {
     let flt = majflt() - flt0;
     std::hint::black_box(sum);
     if !base.is_null() {
+        // SAFETY: a non-null `base` is the `len`-byte mapping made above, and it is not
+        // used after this.
         unsafe { libc::munmap(base as *mut libc::c_void, len) };
     }
     let mode = if args.mode == Mode::Mmap {

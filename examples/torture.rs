@@ -28,6 +28,8 @@ extern "C" fn on_alarm(_: libc::c_int) {
     let fd = SIG_FD.load(Ordering::Relaxed);
     let mut b = [0u8; 512];
     let off = (SIG_READS.load(Ordering::Relaxed) as usize * 7919 * 512) % (SIZE - 512);
+    // SAFETY: `b` is a live local of `b.len()` bytes, which is all pread writes; pread is
+    // async-signal-safe, and a stale or closed `fd` only makes it fail.
     let n = unsafe { libc::pread(fd, b.as_mut_ptr().cast(), b.len(), off as libc::off_t) };
     if n != 512 || !check(&b, off) {
         SIG_BAD.store(true, Ordering::Relaxed);
@@ -62,22 +64,30 @@ fn worker(path: std::path::PathBuf, id: usize, out: std::path::PathBuf) -> Resul
         // Random preads and a dup2 dance on a shared file.
         let f = std::fs::File::open(&path).map_err(|e| e.to_string())?;
         let fd = f.as_raw_fd();
+        // SAFETY: dup takes an fd number and no pointers; `fd` belongs to `f`, open here.
         let dup = unsafe { libc::dup(fd) };
         let target = 200 + id as i32;
+        // SAFETY: fd 200 + id is reserved for this worker: nothing else in the program opens
+        // an fd that high, so dup2 cannot replace an fd some other owner still uses.
         unsafe { libc::dup2(dup, target) };
         let mut b = [0u8; 4096];
         for k in 0..200usize {
             let off = (k * 104729 + round * 4096 + id) % (SIZE - 4096);
+            // SAFETY: `b` is a live local of 4096 bytes, which is all pread writes.
             let n = unsafe { libc::pread(target, b.as_mut_ptr().cast(), 4096, off as i64) };
             if n != 4096 || !check(&b, off) {
                 return Err(format!("pread at {off}"));
             }
         }
+        // SAFETY: `target` and `dup` are the fds this iteration made above and owns; neither
+        // is used again (`f` keeps its own fd).
         unsafe {
             libc::close(target);
             libc::close(dup);
         }
         // The same file through a mapping, while other threads read and close it.
+        // SAFETY: a new read-only shared mapping (null hint) of SIZE bytes of `f`, open for
+        // the call, overlaps no Rust object; MAP_FAILED is checked below.
         let map = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -91,9 +101,14 @@ fn worker(path: std::path::PathBuf, id: usize, out: std::path::PathBuf) -> Resul
         if map == libc::MAP_FAILED {
             return Err("mmap failed".into());
         }
+        // SAFETY: `map` is a non-null, readable mapping of SIZE bytes of a file that is SIZE
+        // bytes long and never written after `main` created it, so the bytes stay
+        // initialized and unchanged while `mapped` lives; `mapped` is last used before the
+        // munmap below.
         let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, SIZE) };
         let at = (round * 7_340_033 + id * 4096) % (SIZE - 65536);
         let ok = check(&mapped[at..at + 65536], at);
+        // SAFETY: `map`/SIZE are exactly the mapping made above; `mapped` is not used after.
         unsafe { libc::munmap(map, SIZE) };
         if !ok {
             return Err(format!("mapped bytes at {at}"));
@@ -135,6 +150,9 @@ fn main() {
     // Signal handler reading through its own fd, every millisecond.
     let sig_file = std::fs::File::open(&path).unwrap();
     SIG_FD.store(sig_file.as_raw_fd(), Ordering::Relaxed);
+    // SAFETY: `on_alarm` is an `extern "C" fn(c_int)`, the handler type signal expects, and
+    // it does only async-signal-safe work (atomics and pread into a local); `t` is a live
+    // local itimerval that setitimer only reads, and a null old-value pointer is allowed.
     unsafe {
         libc::signal(libc::SIGALRM, on_alarm as *const () as libc::sighandler_t);
         let t = libc::itimerval {
@@ -162,6 +180,10 @@ fn main() {
     // with close_range, and a vfork+exec.
     let inherited = std::fs::File::open(&path).unwrap();
     for kind in 0..3 {
+        // SAFETY: the worker threads keep running in the parent; the child gets a copy of
+        // only this thread, uses only memory it inherited plus glibc malloc (which glibc's
+        // fork keeps usable in the child) and fds it owns, and leaves by `_exit`, never
+        // returning into code that joins threads or runs the parent's destructors.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             let ok = match kind {
@@ -180,6 +202,9 @@ fn main() {
                     good && off == SIZE
                 }
                 1 => {
+                    // SAFETY: in the child, which after this uses no fd >= 3 it inherited
+                    // (sequential_checksum opens its own) and drops no owner of one (it
+                    // leaves by `_exit`); close_range takes no pointers.
                     unsafe { libc::close_range(3, u32::MAX, 0) };
                     sequential_checksum(&path, 65536).is_ok()
                 }
@@ -191,9 +216,12 @@ fn main() {
                     status.map(|s| s.success()).unwrap_or(false)
                 }
             };
+            // SAFETY: this is the forked child; `_exit` ends it at once without running the
+            // destructors or atexit handlers of the state copied from the parent.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut status = 0;
+        // SAFETY: `status` is a live local c_int, the only memory waitpid writes.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         results.push(format!(
             "child{kind}={}",
@@ -205,8 +233,13 @@ fn main() {
         ));
     }
     #[allow(deprecated)] // vfork is the point: the child shares our memory, fd table included
+    // SAFETY: the vfork child borrows our memory and stack while this thread is suspended,
+    // so it does nothing but the execl or `_exit` in the block below, touching no Rust data.
     let vf = unsafe { libc::vfork() };
     if vf == 0 {
+        // SAFETY: in the vfork child: execl gets static NUL-terminated C strings and a null
+        // pointer ending its argument list; if it fails, `_exit` ends the child without
+        // running destructors or flushing stdio, so the parent's memory is left as it was.
         unsafe {
             libc::execl(
                 c"/bin/true".as_ptr(),
@@ -217,6 +250,7 @@ fn main() {
         }
     }
     let mut status = 0;
+    // SAFETY: `status` is a live local c_int, the only memory waitpid writes.
     unsafe { libc::waitpid(vf, &mut status, 0) };
     results.push(format!(
         "vfork={}",
@@ -235,6 +269,8 @@ fn main() {
                 .unwrap_or_else(|e| format!("BAD({e})"))
         ));
     }
+    // SAFETY: `zero` is a live local itimerval that setitimer only reads, and a null
+    // old-value pointer is allowed.
     unsafe {
         let zero = libc::itimerval {
             it_interval: libc::timeval {

@@ -38,13 +38,15 @@ enum Cmd {
     },
 }
 
-/// One preadv2 or pwritev2 with RWF_DONTCACHE, retried on EINTR.
-fn xfer(fd: i32, buf: *mut u8, len: usize, off: u64, write: bool) -> Result<usize, Error> {
+/// One preadv2 (into `buf`) or pwritev2 (from `buf`) with RWF_DONTCACHE, retried on EINTR.
+fn xfer(fd: i32, buf: &mut [u8], off: u64, write: bool) -> Result<usize, Error> {
     let iov = libc::iovec {
-        iov_base: buf.cast(),
-        iov_len: len,
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
     };
     loop {
+        // SAFETY: the one iovec describes `buf`, a live exclusively borrowed slice of
+        // `buf.len()` bytes, which is all preadv2 writes or pwritev2 reads.
         let n = unsafe {
             if write {
                 libc::pwritev2(fd, &iov, 1, off as libc::off_t, libc::RWF_DONTCACHE)
@@ -79,22 +81,15 @@ fn run(src: &PathBuf, dst: Option<&PathBuf>) -> Result<u64, (PathBuf, Error)> {
     let mut buf = vec![0u8; CHUNK];
     let mut off = 0u64;
     loop {
-        let n = xfer(input.as_raw_fd(), buf.as_mut_ptr(), CHUNK, off, false)
-            .map_err(|e| (src.clone(), e))?;
+        let n = xfer(input.as_raw_fd(), &mut buf, off, false).map_err(|e| (src.clone(), e))?;
         if n == 0 {
             return Ok(off);
         }
         if let (Some(out), Some(d)) = (&output, dst) {
             let mut done = 0;
             while done < n {
-                let w = xfer(
-                    out.as_raw_fd(),
-                    buf[done..].as_mut_ptr(),
-                    n - done,
-                    off + done as u64,
-                    true,
-                )
-                .map_err(|e| (d.clone(), e))?;
+                let w = xfer(out.as_raw_fd(), &mut buf[done..n], off + done as u64, true)
+                    .map_err(|e| (d.clone(), e))?;
                 if w == 0 {
                     return Err((d.clone(), Error::from(std::io::ErrorKind::WriteZero)));
                 }

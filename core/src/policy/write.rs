@@ -1,0 +1,187 @@
+//! Write streams, bounded by windowed writeback: after window i is written its writeback
+//! is started; window i-1 is waited for until clean, then dropped.
+
+use super::Params;
+use super::range::{PAGE, PROOF_BLOCK, PROOF_RING, Proof, Range, align_down};
+use crate::units::MIB;
+
+/// Windows of a write stream under writeback at once (see `WriteStream::wrote`).
+/// Windows of a write stream under writeback at once (see `WriteStream::wrote`).
+pub const WRITEBACK_WINDOWS: u64 = 2;
+
+/// What to do after a write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteActions {
+    /// Start writeback of this range (sync_file_range WRITE).
+    pub start_writeback: Option<Range>,
+    /// Wait until this range is clean, then drop its proven chunks.
+    pub settle: Option<Range>,
+    pub snapshot: Option<Range>,
+}
+
+/// A write stream on one fd: bounded by windowed writeback (start window i, settle i-1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteStream {
+    pub started: bool,
+    pub next: u64,
+    run_start: u64,
+    /// Writeback has been started below this offset.
+    pub written_back_to: u64,
+    /// Settled and dropped below this offset.
+    pub dropped_to: u64,
+    pub proof: Proof,
+}
+
+impl WriteStream {
+    pub const fn new() -> WriteStream {
+        WriteStream {
+            started: false,
+            next: 0,
+            run_start: 0,
+            written_back_to: 0,
+            dropped_to: 0,
+            proof: Proof::new(),
+        }
+    }
+
+    /// Before a write at `off`: a snapshot is needed for a new stream.
+    pub fn plan(&mut self, off: u64, p: &Params) -> Option<Range> {
+        if self.started && self.continues(off) {
+            return None;
+        }
+        // A new stream (or a jump, after `finish` handled the old one).
+        *self = WriteStream::default();
+        self.started = true;
+        self.next = off;
+        self.run_start = off;
+        self.written_back_to = align_down(off, PAGE);
+        self.dropped_to = self.written_back_to;
+        self.proof.restart_at(off);
+        self.proof.wanted(off, p)
+    }
+
+    /// Writes may skip holes (sparse copies seek over zeros) but not go backwards.
+    pub fn continues(&self, off: u64) -> bool {
+        off >= self.next && off - self.next <= 4 * MIB
+    }
+
+    /// After `n` bytes were written at `off`.
+    pub fn wrote(&mut self, off: u64, n: u64, p: &Params, min_size: u64) -> WriteActions {
+        let mut act = WriteActions::default();
+        self.next = off.saturating_add(n).max(self.next);
+        act.snapshot = self.proof.wanted(self.next, p);
+        if self.next - self.run_start < min_size.max(1) {
+            return act;
+        }
+        let boundary = align_down(self.next, p.window);
+        if boundary >= self.written_back_to.saturating_add(p.window) {
+            act.start_writeback = Some(Range::new(self.written_back_to, boundary));
+            // Keep WRITEBACK_WINDOWS windows under writeback before waiting on the oldest:
+            // the disk stays busy while the program writes the next one.
+            let settle_to = self
+                .written_back_to
+                .saturating_sub((WRITEBACK_WINDOWS - 1) * p.window);
+            if settle_to > self.dropped_to {
+                act.settle = Some(Range::new(self.dropped_to, settle_to));
+                self.dropped_to = settle_to;
+            }
+            self.written_back_to = boundary;
+        }
+        act
+    }
+
+    /// The bound below which the stream's next contiguous writes need no action (the next
+    /// window boundary, or where the proof must be extended), once it is managed at all.
+    pub fn fast(&self, p: &Params, min_size: u64) -> Option<u64> {
+        if !self.started || self.next - self.run_start < min_size.max(1) {
+            return None;
+        }
+        let boundary = self.written_back_to.saturating_add(p.window);
+        let snap_at = if self.proof.hi >= self.proof.lo + PROOF_RING {
+            u64::MAX
+        } else {
+            (self.proof.hi * PROOF_BLOCK)
+                .saturating_sub(p.lookahead())
+                .saturating_add(1)
+        };
+        Some(boundary.min(snap_at))
+    }
+
+    /// Folds in writes that took the fast path: the last of them ended at `next`.
+    pub fn resume(&mut self, next: u64) {
+        self.next = self.next.max(next);
+    }
+
+    pub fn settled(&mut self) {
+        self.proof.forget_below(self.dropped_to);
+    }
+
+    /// At close, truncate or a jump: write back and settle the rest, if the stream was big
+    /// enough to be managed at all.
+    pub fn finish(&mut self, min_size: u64) -> WriteActions {
+        let mut act = WriteActions::default();
+        if self.started
+            && self.next - self.run_start >= min_size.max(1)
+            && self.next > self.dropped_to
+        {
+            if self.next > self.written_back_to {
+                act.start_writeback = Some(Range::new(self.written_back_to, self.next));
+            }
+            act.settle = Some(Range::new(self.dropped_to, self.next));
+        }
+        act
+    }
+
+    pub fn reset(&mut self) {
+        *self = WriteStream::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::sim::*;
+    use crate::units::MIB;
+
+    #[test]
+    fn writes_are_windowed() {
+        let mut w = WriteStream::default();
+        let mut started = vec![];
+        let mut settled = vec![];
+        for i in 0..(64 * MIB / MIB) {
+            let off = i * MIB;
+            w.plan(off, &P);
+            let a = w.wrote(off, MIB, &P, MIB);
+            started.extend(a.start_writeback);
+            settled.extend(a.settle);
+            w.settled();
+        }
+        let fin = w.finish(MIB);
+        assert_eq!(started[0], Range::new(0, 8 * MIB));
+        assert_eq!(settled[0], Range::new(0, 8 * MIB));
+        assert_eq!(started.len(), 8);
+        // Never more than two windows outstanding between settles.
+        for (s, d) in started.iter().skip(1).zip(settled.iter()) {
+            assert!(s.end - d.start <= 2 * P.window);
+        }
+        assert_eq!(fin.settle.unwrap().end, 64 * MIB);
+    }
+
+    #[test]
+    fn small_writes_below_min_size_are_left_alone() {
+        let mut w = WriteStream::default();
+        w.plan(0, &P);
+        let a = w.wrote(0, 512 * 1024, &P, MIB);
+        assert_eq!(a.start_writeback, None);
+        assert_eq!(w.finish(MIB), WriteActions::default());
+    }
+
+    #[test]
+    fn sparse_writes_continue_and_backward_writes_restart() {
+        let mut w = WriteStream::default();
+        w.plan(0, &P);
+        w.wrote(0, MIB, &P, MIB);
+        assert!(w.continues(3 * MIB));
+        assert!(!w.continues(0));
+    }
+}

@@ -1,0 +1,23 @@
+//! Directories: a big cold directory's inodes are prefetched (see `dirprefetch`).
+
+use super::{DISABLED, config, register_report};
+use crate::entry;
+use std::sync::atomic::Ordering;
+
+/// After the program opened a directory stream on `fd`.
+pub fn directory_opened(fd: i32) {
+    let Some(cfg) = config() else { return };
+    if !cfg.dir.enabled || DISABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    entry::inside((), || {
+        if crate::dirprefetch::opened(fd, &cfg.dir) {
+            register_report();
+        }
+    })
+}
+
+/// Before the program closes the directory stream on `fd`.
+pub fn directory_closing(fd: i32) {
+    entry::inside((), || crate::dirprefetch::closing(fd))
+}

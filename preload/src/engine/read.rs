@@ -1,0 +1,201 @@
+//! Reads: the ticket a read hook carries across the real call, the hot path, and read
+//! events fed to the stream's policy.
+
+use super::files::{
+    Scope, claim_tracked, drop_owned, publish, snapshot, uncached_reads, with_file,
+};
+use super::write::finish_write;
+use super::{Engine, contained};
+use crate::config::Backend;
+use crate::fdtable::{self, FileState, Hot, Managed, Slot};
+use crate::policy::{Params, Pattern, read_continues};
+use crate::{stats, sys};
+use std::sync::atomic::Ordering;
+
+/// What `before_read` decided; carried by the hook across the real call (plain data).
+#[derive(Clone, Copy, Default)]
+pub struct ReadTicket {
+    pub tracked: bool,
+    pub dontcache: bool,
+    /// Decided on the hot path: `after_read` tries the hot path too.
+    fast: bool,
+    off: u64,
+}
+
+/// Before a read at `off` (`None`: at the file position).
+#[inline]
+pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
+    let Some(slot) = fdtable::slot(fd) else {
+        return ReadTicket::default();
+    };
+    match slot.state() {
+        Managed::Ignored => return ReadTicket::default(),
+        Managed::Tracked => {
+            if let Some(t) = fast_read_ticket(slot, off) {
+                return t;
+            }
+        }
+        _ => {}
+    }
+    slow_before_read(fd, off)
+}
+
+/// The hot path: a random stream's jump, or a sequential stream's next read well inside
+/// its window, needs nothing but the stream's new position.
+#[inline]
+pub(super) fn fast_read_ticket(slot: &Slot, off: Option<u64>) -> Option<ReadTicket> {
+    let mode = slot.fast_read.load(Ordering::Acquire);
+    if mode == Hot::None {
+        return None;
+    }
+    let next = slot.fast_read_next.load(Ordering::Relaxed);
+    let off = off.unwrap_or(next);
+    let continues = read_continues(next, off);
+    let skip = if mode == Hot::Random {
+        !continues
+    } else {
+        continues
+    };
+    skip.then_some(ReadTicket {
+        tracked: true,
+        dontcache: mode == Hot::SequentialUncached,
+        fast: true,
+        off,
+    })
+}
+
+#[inline(never)]
+pub(super) fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return ReadTicket::default();
+        };
+        let f = c.file();
+        if !f.readable || f.size_at_open < eng.cfg.min_size.max(1) {
+            return ReadTicket::default();
+        }
+        let off = match off {
+            Some(o) => o,
+            None if f.read.pattern == Pattern::Fresh => sys::file::position(fd).unwrap_or(0),
+            None => f.read.next,
+        };
+        let plan = f.read.plan(off, &eng.params);
+        if let Some(r) = plan.snapshot {
+            f.unprovable = !snapshot(fd, &mut f.read.proof, r);
+        }
+        let dontcache = plan.dontcache && uncached_reads(eng, fd, f);
+        publish(eng, fd, &mut c);
+        ReadTicket {
+            tracked: true,
+            dontcache,
+            fast: false,
+            off,
+        }
+    })
+}
+
+/// After the read described by `t` returned `ret` (bytes, or -1).
+#[inline]
+pub fn after_read(fd: i32, t: ReadTicket, asked: usize, ret: isize) {
+    if !t.tracked || ret < 0 {
+        return;
+    }
+    if t.fast
+        && ret > 0
+        && let Some(slot) = fdtable::slot(fd)
+    {
+        let end = t.off + ret as u64;
+        let mode = slot.fast_read.load(Ordering::Acquire);
+        if mode == Hot::Random
+            || (mode != Hot::None && end < slot.fast_read_until.load(Ordering::Relaxed))
+        {
+            slot.fast_read_next.store(end, Ordering::Release);
+            return;
+        }
+    }
+    slow_after_read(fd, t, asked, ret);
+}
+
+#[inline(never)]
+pub(super) fn slow_after_read(fd: i32, t: ReadTicket, asked: usize, ret: isize) {
+    contained(|eng| {
+        let Some(mut c) = claim_tracked(eng, fd) else {
+            return;
+        };
+        read_event(
+            eng,
+            fd,
+            c.file(),
+            t.off,
+            ret as u64,
+            asked as u64,
+            t.dontcache,
+        );
+        publish(eng, fd, &mut c);
+    })
+}
+
+pub(super) fn read_event(
+    eng: &Engine,
+    fd: i32,
+    f: &mut FileState,
+    off: u64,
+    got: u64,
+    asked: u64,
+    dontcache: bool,
+) {
+    let was_seq = f.read.pattern == Pattern::Sequential;
+    let act = f.read.consumed(off, got, asked, &read_params(eng, f));
+    if f.read.pattern == Pattern::Sequential {
+        if !was_seq && !f.counted_stream {
+            f.counted_stream = true;
+            stats::READ_STREAMS.add(1);
+        }
+        if dontcache {
+            stats::READ_DONTCACHE.add(got);
+        } else {
+            stats::READ_FADVISE.add(got);
+        }
+    }
+    if let Some(r) = act.drop {
+        if eng.cfg.backend != Backend::DontCache {
+            drop_owned(fd, f, &f.read.proof, r);
+        }
+        f.read.dropped(r);
+    }
+    if let Some(r) = act.snapshot {
+        snapshot(fd, &mut f.read.proof, r);
+    }
+    if let Some(range) = act.prefetch {
+        crate::prefetch::request(crate::prefetch::Request {
+            fd,
+            dev: f.dev,
+            ino: f.ino,
+            range,
+            chunk: f.prefetch_chunk,
+        });
+    }
+}
+
+/// The policy's parameters for reads of `f`: prefetch only where the stream's pages can be
+/// proven its own (so they are dropped behind once read) and dropped with fadvise.
+pub(super) fn read_params(eng: &Engine, f: &FileState) -> Params {
+    let provable = !f.unprovable && eng.cfg.backend != Backend::DontCache;
+    eng.params
+        .with_prefetch(if provable { f.prefetch_reach } else { 0 })
+}
+
+/// After a seek on `fd` left the position at `pos`.
+pub fn seeked(fd: i32, pos: u64) {
+    with_file(fd, Scope::Tracked, |eng, c| {
+        let f = c.file();
+        if let Some(r) = f.read.seeked(pos) {
+            drop_owned(fd, f, &f.read.proof, r);
+            f.read.dropped(r);
+        }
+        if f.write.started && pos != f.write.next {
+            finish_write(eng, fd, f);
+        }
+        publish(eng, fd, c);
+    })
+}

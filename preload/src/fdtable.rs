@@ -1,0 +1,226 @@
+//! Per-fd state: a fixed table indexed by fd number, lock-free.
+//!
+//! Each slot has a `state` atomic read on every hook (one load for the common "not ours"
+//! answer) and a `claim` flag that a hook takes with one compare-exchange before touching the
+//! slot's streams. A hook that finds the slot claimed (another thread, or a signal handler
+//! interrupting this one) skips its hint: nobody ever waits, so the table cannot deadlock,
+//! and the worst a lost race costs is one hint. The table is zero-initialised (it lives in
+//! .bss: untouched slots cost no memory).
+
+use crate::policy::{ReadStream, WriteStream};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+/// fds at or above this pass straight through.
+pub const MAX_FDS: usize = 4096;
+
+atomic_enum! {
+    /// Whether the shim manages an fd.
+    pub enum Managed in AtomicManaged(u8 as AtomicU8) {
+        /// Not examined yet: looked at on its first read or write.
+        Unknown = 0,
+        /// Not a file the shim manages (a pipe, a small read-only file, excluded...).
+        Ignored = 1,
+        /// A regular file whose streams the shim follows.
+        Tracked = 2,
+    }
+}
+
+atomic_enum! {
+    /// The hot path open for a stream (see `policy::FastRead`): which calls may skip the
+    /// policy, needing nothing but the stream's new position.
+    pub enum Hot in AtomicHot(u8 as AtomicU8) {
+        /// Closed: every call goes through the policy.
+        None = 0,
+        /// A random stream: reads that don't continue it are free.
+        Random = 1,
+        /// A sequential stream: its next read (or write) well inside its window is free.
+        Sequential = 2,
+        /// The same, read with RWF_DONTCACHE.
+        SequentialUncached = 3,
+    }
+}
+
+#[derive(Default)]
+pub struct FileState {
+    pub dev: u64,
+    pub ino: u64,
+    pub size_at_open: u64,
+    pub readable: bool,
+    pub writable: bool,
+    /// cachestat refused this file (no write permission): residency is unknowable.
+    pub unprovable: bool,
+    pub read: ReadStream,
+    pub write: WriteStream,
+    /// Bytes passed through stdio since the kernel position was last sampled.
+    pub stdio_pending: u64,
+    /// Whether this fd was counted as a stream in the report.
+    pub counted_stream: bool,
+    /// Prefetch reach for sequential reads on this file (0: none) and bytes per call.
+    pub prefetch_reach: u64,
+    pub prefetch_chunk: u64,
+}
+
+pub struct Slot {
+    state: AtomicManaged,
+    claim: AtomicBool,
+    file: UnsafeCell<FileState>,
+    /// The read hot path, published by whoever holds the claim: its mode, the offset after
+    /// the last read, and the bound of `Hot::Sequential`.
+    pub fast_read: AtomicHot,
+    pub fast_read_next: AtomicU64,
+    pub fast_read_until: AtomicU64,
+    /// The same for writes: continuing writes ending before `fast_write_until` are free.
+    pub fast_write: AtomicHot,
+    pub fast_write_next: AtomicU64,
+    pub fast_write_until: AtomicU64,
+}
+
+// SAFETY: `file` is touched only through a `Claimed`, which exists only for whoever moved
+// `claim` from false to true (and a forked child's sole thread, see `release_all_claims`).
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            state: AtomicManaged::new(Managed::Unknown),
+            claim: AtomicBool::new(false),
+            file: UnsafeCell::new(FileState {
+                dev: 0,
+                ino: 0,
+                size_at_open: 0,
+                readable: false,
+                writable: false,
+                unprovable: false,
+                read: ReadStream::new(),
+                write: WriteStream::new(),
+                stdio_pending: 0,
+                counted_stream: false,
+                prefetch_reach: 0,
+                prefetch_chunk: 0,
+            }),
+            fast_read: AtomicHot::new(Hot::None),
+            fast_read_next: AtomicU64::new(0),
+            fast_read_until: AtomicU64::new(0),
+            fast_write: AtomicHot::new(Hot::None),
+            fast_write_next: AtomicU64::new(0),
+            fast_write_until: AtomicU64::new(0),
+        }
+    }
+}
+
+static SLOTS: [Slot; MAX_FDS] = [const { Slot::new() }; MAX_FDS];
+
+pub fn slot(fd: i32) -> Option<&'static Slot> {
+    SLOTS.get(usize::try_from(fd).ok()?)
+}
+
+/// Exclusive access to one slot's file state for the life of the guard.
+pub struct Claimed {
+    slot: &'static Slot,
+}
+
+impl Claimed {
+    pub fn slot(&self) -> &'static Slot {
+        self.slot
+    }
+
+    pub fn file(&mut self) -> &mut FileState {
+        // SAFETY: `self` exists only while this thread holds the slot's claim (taken in
+        // `try_claim`, released in `drop`), and `&mut self` makes the borrow exclusive.
+        unsafe { &mut *self.slot.file.get() }
+    }
+    pub fn set_state(&self, s: Managed) {
+        self.slot.fast_read.store(Hot::None, Ordering::Release);
+        self.slot.fast_write.store(Hot::None, Ordering::Release);
+        self.slot.state.store(s, Ordering::Release);
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        self.slot.claim.store(false, Ordering::Release);
+    }
+}
+
+impl Slot {
+    #[inline]
+    pub fn state(&self) -> Managed {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Closes the hot path: every call goes through the engine (which may pass it through).
+    pub fn forget_fast(&self) {
+        self.fast_read.store(Hot::None, Ordering::Release);
+        self.fast_write.store(Hot::None, Ordering::Release);
+    }
+
+    /// The fd now names something else (or nothing): forget all about it.
+    pub fn forget(&self) {
+        self.fast_read.store(Hot::None, Ordering::Release);
+        self.fast_write.store(Hot::None, Ordering::Release);
+        self.state.store(Managed::Unknown, Ordering::Release);
+    }
+
+    pub fn try_claim(&'static self) -> Option<Claimed> {
+        self.claim
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Claimed { slot: self })
+    }
+}
+
+/// Every slot, for close_range and fork.
+pub fn all() -> &'static [Slot] {
+    &SLOTS
+}
+
+/// In a child after fork, only the forking thread exists: claims held by others are void.
+pub fn release_all_claims() {
+    for s in SLOTS.iter() {
+        s.claim.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Per-filesystem answer to "does it take RWF_DONTCACHE?", probed once per st_dev.
+const FS_SLOTS: usize = 32;
+static FS_DEV: [AtomicU64; FS_SLOTS] = [const { AtomicU64::new(0) }; FS_SLOTS];
+static FS_DONTCACHE: [AtomicDontcache; FS_SLOTS] =
+    [const { AtomicDontcache::new(Dontcache::Unknown) }; FS_SLOTS];
+
+atomic_enum! {
+    /// A filesystem's answer to RWF_DONTCACHE reads.
+    pub enum Dontcache in AtomicDontcache(u8 as AtomicU8) {
+        Unknown = 0,
+        Supported = 1,
+        Refused = 2,
+    }
+}
+
+/// Device numbers are stored plus one so that 0 means "free slot".
+pub fn fs_dontcache(dev: u64) -> Dontcache {
+    let key = dev.wrapping_add(1);
+    for i in 0..FS_SLOTS {
+        if FS_DEV[i].load(Ordering::Acquire) == key {
+            return FS_DONTCACHE[i].load(Ordering::Acquire);
+        }
+    }
+    Dontcache::Unknown
+}
+
+pub fn set_fs_dontcache(dev: u64, answer: Dontcache) {
+    let key = dev.wrapping_add(1);
+    for i in 0..FS_SLOTS {
+        let cur = FS_DEV[i].load(Ordering::Acquire);
+        if cur == key
+            || (cur == 0
+                && FS_DEV[i]
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                    .map_or_else(|v| v == key, |_| true))
+        {
+            FS_DONTCACHE[i].store(answer, Ordering::Release);
+            return;
+        }
+    }
+    // Table full: the filesystem is simply probed again next time.
+}

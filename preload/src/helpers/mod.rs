@@ -1,0 +1,159 @@
+//! The shim's helper threads and the lifecycle they share. Each helper is started lazily,
+//! at the first work it gets; runs with every signal blocked and no fd the program
+//! knows about; goes when idle (a thread would keep alive a process whose main thread
+//! called pthread_exit); stops, and is waited for, before the program sandboxes itself; and
+//! does not exist in a forked child.
+//!
+//! - `prefetch`: readahead ahead of sequential read streams;
+//! - `mapwatch`: samples big file mappings;
+//! - `dirprefetch`: lists and stats big cold directories (a pool per directory).
+
+pub mod dirprefetch;
+pub mod mapwatch;
+pub mod prefetch;
+
+use crate::sys::thread::{self, Woken};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32};
+
+atomic_enum! {
+    /// Whether a helper's thread exists.
+    pub enum Run in AtomicRun(u8 as AtomicU8) {
+        NotStarted = 0,
+        Running = 1,
+        /// Could not be started: the helper's work is skipped for good.
+        Failed = 2,
+    }
+}
+
+/// One helper thread's lifecycle.
+pub struct Helper {
+    name: &'static str,
+    stack: usize,
+    run: AtomicRun,
+    /// Bumped by every wake-up: the futex the thread sleeps on.
+    wake: AtomicU32,
+    stop: AtomicBool,
+    exited: AtomicBool,
+}
+
+impl Helper {
+    pub const fn new(name: &'static str, stack: usize) -> Helper {
+        Helper {
+            name,
+            stack,
+            run: AtomicRun::new(Run::NotStarted),
+            wake: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+            exited: AtomicBool::new(true),
+        }
+    }
+
+    /// Starts the thread running `body` unless it runs already. True when it was started
+    /// now (it will find its work without a wake-up).
+    pub fn start(&'static self, body: fn()) -> bool {
+        if self
+            .run
+            .compare_exchange(Run::NotStarted, Run::Running, AcqRel, Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        self.exited.store(false, SeqCst);
+        let started = thread::spawn_detached(self.name, self.stack, move || {
+            body();
+            self.exited.store(true, SeqCst);
+        });
+        if !started {
+            self.exited.store(true, SeqCst);
+            self.run.store(Run::Failed, Release);
+        }
+        true
+    }
+
+    /// The thread could not be started, or gave up: its work is skipped.
+    pub fn failed(&self) -> bool {
+        self.run.load(Acquire) == Run::Failed
+    }
+
+    /// From the thread: give up for good (its resources could not be had).
+    pub fn fail(&self) {
+        self.run.store(Run::Failed, Release);
+    }
+
+    /// Whether the thread exists now.
+    pub fn running(&self) -> bool {
+        !self.exited.load(Relaxed)
+    }
+
+    /// The shim is being disabled (a sandbox is coming), or the process exits.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(SeqCst)
+    }
+
+    /// The current wake-up count, to sleep on.
+    pub fn seen(&self) -> u32 {
+        self.wake.load(SeqCst)
+    }
+
+    /// Sleeps until woken after `seen`, or `timeout` passed.
+    pub fn sleep(&self, seen: u32, timeout: &libc::timespec) -> Woken {
+        thread::futex_wait(&self.wake, seen, Some(timeout))
+    }
+
+    /// Counts a wake-up; `signal`: also wake the thread if it sleeps.
+    pub fn wake(&self, signal: bool) {
+        self.wake.fetch_add(1, SeqCst);
+        if signal {
+            thread::futex_wake(&self.wake);
+        }
+    }
+
+    /// From the idle thread, about to leave: marks it gone, unless `more` (asked after
+    /// that, so work queued meanwhile is never stranded) finds work and nobody else has
+    /// started a thread for it. True when the thread should go on.
+    pub fn idle_exit(&self, more: impl Fn() -> bool) -> bool {
+        self.run.store(Run::NotStarted, SeqCst);
+        more()
+            && self
+                .run
+                .compare_exchange(Run::NotStarted, Run::Running, AcqRel, Acquire)
+                .is_ok()
+    }
+
+    /// Asks the thread to stop, without waiting for it (at exit).
+    pub fn request_stop(&self) {
+        self.stop.store(true, SeqCst);
+    }
+
+    /// Stops the thread and waits for it briefly (see `wait_until_stopped`).
+    pub fn shutdown(&self) {
+        self.stop.store(true, SeqCst);
+        self.wake(true);
+        wait_until_stopped(100, || self.exited.load(SeqCst));
+    }
+
+    /// In a forked child: the thread does not exist there.
+    pub fn after_fork_child(&self) {
+        self.exited.store(true, Relaxed);
+        self.wake.store(0, Relaxed);
+        self.run.store(Run::NotStarted, Relaxed);
+    }
+}
+
+/// Waits, at most `timeout_ms`, until `gone` says a helper's threads have stopped (the
+/// shim is being disabled before a sandbox). A thread marks itself gone just before glibc
+/// runs its thread exit, which still makes system calls: when there was anything to wait
+/// for, a short grace lets that finish too.
+pub fn wait_until_stopped(timeout_ms: u32, gone: impl Fn() -> bool) {
+    if gone() {
+        return;
+    }
+    for _ in 0..timeout_ms * 2 {
+        if gone() {
+            break;
+        }
+        thread::sleep_us(500);
+    }
+    thread::sleep_us(1000);
+}

@@ -1,0 +1,40 @@
+//! libdropbehind.so: an LD_PRELOAD library that keeps streaming programs from flooding the
+//! page cache. The crate map (the rule of who calls whom is in docs/ARCHITECTURE.md):
+//!
+//! - `hooks`: the exported symbols, the only `#[no_mangle]` functions; each asks the
+//!   engine, calls the real function (`real`) once, and hands the result back;
+//! - `entry`: the one way into the shim (re-entry guard, errno, panic containment);
+//! - `engine`: joins the hooks to the policy (`dropbehind_core::policy`, pure) and performs
+//!   its actions through the system layer (`dropbehind_sys`, the only raw syscalls);
+//! - `fdtable`: per-fd state, lock-free;
+//! - `helpers`: the shim's threads, with one lifecycle: `prefetch` (readahead for read
+//!   streams), `mapwatch` (samples big file mappings), `dirprefetch` (inodes of big cold
+//!   directories);
+//! - `stats` and `log`: the exit report and the opt-in log.
+
+// The unit-test build leaves the hooks out (see below), and with them the only callers of
+// much of the engine.
+#![cfg_attr(test, allow(dead_code, unused_imports, unused_macros))]
+
+#[macro_use]
+mod atomic_enum;
+#[macro_use]
+mod log;
+
+#[macro_use]
+mod real;
+
+mod engine;
+mod entry;
+mod fdtable;
+mod helpers;
+mod proof;
+mod stats;
+
+// Not in the unit-test binary: its exported read/write would replace the test harness's own.
+#[cfg(not(test))]
+mod hooks;
+
+use dropbehind_core::{config, policy};
+use dropbehind_sys as sys;
+use helpers::{dirprefetch, mapwatch, prefetch};

@@ -1,0 +1,140 @@
+//! Counters for the opt-in exit report (DROPBEHIND_STATS). Relaxed atomics: a counter bump
+//! is the only cost on the hot path.
+
+use crate::config::{StatsSink, format_size};
+use crate::sys;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    const fn new() -> Counter {
+        Counter(AtomicU64::new(0))
+    }
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+    fn reset(&self) {
+        self.0.store(0, Relaxed)
+    }
+}
+
+pub static FILES_TRACKED: Counter = Counter::new();
+pub static FILES_EXCLUDED: Counter = Counter::new();
+pub static READ_STREAMS: Counter = Counter::new();
+pub static WRITE_STREAMS: Counter = Counter::new();
+pub static READ_DONTCACHE: Counter = Counter::new();
+pub static READ_FADVISE: Counter = Counter::new();
+pub static WRITTEN_MANAGED: Counter = Counter::new();
+pub static DROP_CALLS: Counter = Counter::new();
+pub static PAGES_RELEASED: Counter = Counter::new();
+pub static WRITEBACK_WINDOWS: Counter = Counter::new();
+pub static SETTLE_TIMEOUTS: Counter = Counter::new();
+pub static SNAPSHOTS: Counter = Counter::new();
+pub static COPY_CLAMPS: Counter = Counter::new();
+pub static PREFETCHED: Counter = Counter::new();
+pub static PREFETCH_BATCHES: Counter = Counter::new();
+pub static PREFETCH_DROPPED: Counter = Counter::new();
+pub static MAPS_TRACKED: Counter = Counter::new();
+pub static MAPS_SEQUENTIAL: Counter = Counter::new();
+pub static MAPS_RANDOM: Counter = Counter::new();
+
+const ALL: &[&Counter] = &[
+    &FILES_TRACKED,
+    &FILES_EXCLUDED,
+    &READ_STREAMS,
+    &WRITE_STREAMS,
+    &READ_DONTCACHE,
+    &READ_FADVISE,
+    &WRITTEN_MANAGED,
+    &DROP_CALLS,
+    &PAGES_RELEASED,
+    &WRITEBACK_WINDOWS,
+    &SETTLE_TIMEOUTS,
+    &SNAPSHOTS,
+    &COPY_CLAMPS,
+    &PREFETCHED,
+    &PREFETCH_BATCHES,
+    &PREFETCH_DROPPED,
+    &MAPS_TRACKED,
+    &MAPS_SEQUENTIAL,
+    &MAPS_RANDOM,
+];
+
+/// A forked child reports its own work only.
+pub fn reset_all() {
+    ALL.iter().for_each(|c| c.reset());
+}
+
+/// The report, or `None` when this process did nothing worth reporting.
+pub fn report(pid: i32, comm: &str) -> Option<String> {
+    use std::sync::atomic::Ordering::Relaxed as R;
+    let (dirs, warm, inodes) = (
+        crate::dirprefetch::DIRS_PREFETCHED.load(R),
+        crate::dirprefetch::DIRS_WARM.load(R),
+        crate::dirprefetch::INODES_WARMED.load(R),
+    );
+    if FILES_TRACKED.get() + MAPS_TRACKED.get() == 0 && dirs + warm == 0 {
+        return None;
+    }
+    let sz = |c: &Counter| format_size(c.get());
+    let released = PAGES_RELEASED.get();
+    Some(format!(
+        "dropbehind: report for pid {pid} ({comm})\n\
+         \x20 files tracked          {}  (excluded by DROPBEHIND_EXCLUDE: {})\n\
+         \x20 streams                {} read, {} write\n\
+         \x20 read uncached          {}  (RWF_DONTCACHE)\n\
+         \x20 read, dropped behind   {}  (fadvise)\n\
+         \x20 written, windowed      {}  ({} writeback windows, {} settle timeouts)\n\
+         \x20 pages released         {}  ({}, in {} drop calls)\n\
+         \x20 residency snapshots    {}\n\
+         \x20 copy calls clamped     {}\n\
+         \x20 prefetched             {}  ({} batches; {} skipped, queue full)\n\
+         \x20 file mappings          {}  ({} sequential, {} given MADV_RANDOM)\n\
+         \x20 directories prefetched {}  ({} inodes; {} big directories found warm)\n",
+        FILES_TRACKED.get(),
+        FILES_EXCLUDED.get(),
+        READ_STREAMS.get(),
+        WRITE_STREAMS.get(),
+        sz(&READ_DONTCACHE),
+        sz(&READ_FADVISE),
+        sz(&WRITTEN_MANAGED),
+        WRITEBACK_WINDOWS.get(),
+        SETTLE_TIMEOUTS.get(),
+        released,
+        format_size(released * 4096),
+        DROP_CALLS.get(),
+        SNAPSHOTS.get(),
+        COPY_CLAMPS.get(),
+        sz(&PREFETCHED),
+        PREFETCH_BATCHES.get(),
+        PREFETCH_DROPPED.get(),
+        MAPS_TRACKED.get(),
+        MAPS_SEQUENTIAL.get(),
+        MAPS_RANDOM.get(),
+        dirs,
+        inodes,
+        warm,
+    ))
+}
+
+/// Writes the report where the user asked: stderr, or appended to a file.
+pub fn emit(sink: &StatsSink) {
+    let mut comm = [0u8; 32];
+    let Some(text) = report(sys::proc::pid(), sys::proc::comm(&mut comm)) else {
+        return;
+    };
+    match sink {
+        StatsSink::Off => {}
+        StatsSink::Stderr => sys::file::write_all(2, text.as_bytes()),
+        StatsSink::File(path) => {
+            if let Ok(path) = std::ffi::CString::new(path.as_str()) {
+                let _ = sys::file::append_to(&path, text.as_bytes());
+            }
+        }
+    }
+}

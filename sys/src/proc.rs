@@ -1,0 +1,113 @@
+//! Small files of /proc and /sys, read with raw calls into stack buffers (no allocation).
+
+use crate::file::{OwnFd, open_own};
+use crate::{Errno, cvt};
+use std::ffi::CStr;
+
+/// Reads a small file into `buf` (one read: what fits), as text.
+pub fn read_small<'a>(path: &CStr, buf: &'a mut [u8]) -> Result<&'a str, Errno> {
+    // SAFETY: own buffer: `path` is NUL-terminated and outlives the call.
+    let fd = OwnFd::from_raw(cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    })? as i32);
+    // SAFETY: own buffer: the kernel writes at most buf.len() bytes into `buf`; own fd.
+    let n =
+        cvt(|| unsafe { libc::syscall(libc::SYS_read, fd.raw(), buf.as_mut_ptr(), buf.len()) })?;
+    std::str::from_utf8(&buf[..n as usize]).map_err(|_| Errno(libc::EINVAL))
+}
+
+/// A decimal number from a small file named by the NUL-terminated bytes `path`.
+pub fn read_small_number(path: &[u8]) -> Option<u64> {
+    let path = CStr::from_bytes_until_nul(path).ok()?;
+    read_small(path, &mut [0u8; 32]).ok()?.trim().parse().ok()
+}
+
+/// Threads in this process (/proc/self/stat, field 20).
+pub fn thread_count() -> Option<u64> {
+    let mut buf = [0u8; 1024];
+    let text = read_small(c"/proc/self/stat", &mut buf).ok()?;
+    // Fields after the command name, which may hold spaces and parentheses.
+    let rest = &text[text.rfind(')')? + 1..];
+    rest.split_whitespace().nth(17)?.parse().ok()
+}
+
+/// Whether a seccomp filter (or strict mode) is on for the calling thread
+/// (/proc/thread-self/status, `Seccomp:`). Unknown counts as filtered.
+pub fn seccomp_filtered() -> bool {
+    let mut buf = [0u8; 4096];
+    read_small(c"/proc/thread-self/status", &mut buf).map_or(true, |text| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("Seccomp:"))
+            .is_none_or(|mode| mode.trim() != "0")
+    })
+}
+
+/// The block device behind `dev`: its readahead and its largest request, in bytes (from
+/// sysfs; a partition's queue is its disk's). `None` for devices without a queue (btrfs's
+/// anonymous devices, network and FUSE filesystems).
+pub fn device_limits(dev: u64) -> Option<(u64, u64)> {
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let read = |name: &str| {
+        for parent in ["", "../"] {
+            let mut path = [0u8; 96];
+            let mut w = &mut path[..];
+            use std::io::Write;
+            if write!(w, "/sys/dev/block/{maj}:{min}/{parent}queue/{name}\0").is_err() {
+                return None;
+            }
+            if let Some(kb) = read_small_number(&path) {
+                return Some(kb * 1024);
+            }
+        }
+        None
+    };
+    Some((read("read_ahead_kb")?, read("max_sectors_kb").unwrap_or(0)))
+}
+
+/// Opens /proc/self/pagemap for the shim's own use.
+pub fn open_pagemap() -> Result<OwnFd, Errno> {
+    open_own(libc::AT_FDCWD, c"/proc/self/pagemap", 0)
+}
+
+/// This process's command name (/proc/self/comm), for reports.
+pub fn comm(buf: &mut [u8; 32]) -> &str {
+    read_small(c"/proc/self/comm", buf).map_or("", str::trim)
+}
+
+/// This process's id.
+pub fn pid() -> i32 {
+    // SAFETY: kernel-checked: getpid takes nothing and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// This process's effective user and group ids.
+pub fn effective_ids() -> (u32, u32) {
+    // SAFETY: kernel-checked: geteuid and getegid take nothing and cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_numbers_read_from_proc_and_sys() {
+        assert!(read_small_number(b"/proc/sys/kernel/pid_max\0").is_some_and(|n| n > 0));
+        // As device_limits builds paths: a NUL, then the rest of the buffer.
+        let mut path = [0u8; 64];
+        path[..24].copy_from_slice(b"/proc/sys/kernel/pid_max");
+        assert!(read_small_number(&path).is_some_and(|n| n > 0));
+        assert_eq!(read_small_number(b"/nonexistent\0"), None);
+    }
+
+    #[test]
+    fn threads_and_seccomp_of_the_test_process() {
+        assert!(thread_count().is_some_and(|n| n >= 1));
+        assert!(!seccomp_filtered());
+    }
+}
