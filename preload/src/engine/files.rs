@@ -1,12 +1,10 @@
 //! Files: deciding once per fd whether the shim manages it, the residency snapshot and the
 //! drops it allows, the hot path's publication, and what happens at close.
 
-use super::read::read_params;
-use super::write::finish_write;
 use super::{Engine, contained, register_report};
 use crate::config::Backend;
 use crate::fdtable::{self, Claimed, FileState, Hot, Managed};
-use crate::policy::{FastRead, Proof, Range};
+use crate::policy::{FastRead, Params, Proof, Range};
 use crate::{proof, stats, sys};
 
 pub(super) use crate::proof::snapshot;
@@ -161,58 +159,6 @@ pub(super) fn same_file(fd: i32, f: &FileState) -> bool {
     sys::file::identify(fd).is_ok_and(|id| id.dev == f.dev && id.ino == f.ino)
 }
 
-// ---------------------------------------------------------------------------------------
-// Open and close
-
-/// A new fd number appeared (open, dup, fcntl dup): whatever the slot held belonged to an
-/// earlier file. The new one is examined lazily, on its first read or write, so that opens
-/// cost nothing.
-pub fn forget(fd: i32) {
-    if let Some(slot) = fdtable::slot(fd) {
-        slot.forget();
-    }
-}
-
-/// Before `fd` is closed: drop what its streams consumed, settle what they wrote.
-pub fn closing(fd: i32) {
-    let Some(slot) = fdtable::slot(fd) else {
-        return;
-    };
-    if slot.state() == Managed::Tracked {
-        contained(|eng| {
-            if let Some(mut c) = slot.try_claim() {
-                finish_streams(eng, fd, c.file());
-            }
-        });
-    }
-    slot.forget();
-}
-
-/// Before fds `lo..=hi` are closed together.
-pub fn closing_range(lo: u32, hi: u32) {
-    let top = hi.min(fdtable::MAX_FDS as u32 - 1);
-    if lo > top {
-        return;
-    }
-    for fd in lo..=top {
-        closing(fd as i32);
-    }
-}
-
-pub(super) fn finish_streams(eng: &Engine, fd: i32, f: &mut FileState) {
-    crate::info!(
-        "fd {fd}: closing; read {:?} up to {} MiB, wrote up to {} MiB",
-        f.read.pattern,
-        f.read.next >> 20,
-        f.write.next >> 20
-    );
-    let proof = f.read.proof;
-    if let Some(r) = f.read.finish() {
-        drop_owned(fd, f, &proof, r);
-    }
-    finish_write(eng, fd, f);
-}
-
 /// Which fds an event concerns: only files already tracked, or also fds not examined yet
 /// (examined on the spot).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -284,4 +230,12 @@ pub fn dontcache_refused(fd: i32) {
 /// Whether `fd` is, or may turn out to be, a file the shim manages.
 pub fn may_manage(fd: i32) -> bool {
     fdtable::slot(fd).is_some_and(|s| s.state() != Managed::Ignored)
+}
+
+/// The policy's parameters for reads of `f`: prefetch only where the stream's pages can be
+/// proven its own (so they are dropped behind once read) and dropped with fadvise.
+pub(super) fn read_params(eng: &Engine, f: &FileState) -> Params {
+    let provable = !f.unprovable && eng.cfg.backend != Backend::DontCache;
+    eng.params
+        .with_prefetch(if provable { f.prefetch_reach } else { 0 })
 }

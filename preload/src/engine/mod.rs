@@ -9,6 +9,7 @@
 //! One module per concern: `files` (adopting an fd, the proof's snapshot and drops, close),
 //! `read`, `write`, `copy` (copy_file_range, sendfile, splice), `stdio`, `dir`, `map`.
 
+mod close;
 mod copy;
 mod dir;
 mod files;
@@ -17,10 +18,11 @@ mod read;
 mod stdio;
 mod write;
 
+pub use close::{closing, closing_range, forget};
 pub use copy::copy_len;
 pub use dir::{directory_closing, directory_opened};
 pub use files::dontcache_refused;
-pub use files::{closing, closing_range, forget, may_manage};
+pub use files::may_manage;
 pub use map::{Mapping, Pages, mapped, unmapped, unmapping};
 pub use read::{ReadTicket, after_read, before_read, seeked};
 pub use stdio::{

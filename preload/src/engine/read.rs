@@ -2,13 +2,13 @@
 //! events fed to the stream's policy.
 
 use super::files::{
-    Scope, claim_tracked, drop_owned, publish, snapshot, uncached_reads, with_file,
+    Scope, claim_tracked, drop_owned, publish, read_params, snapshot, uncached_reads, with_file,
 };
 use super::write::finish_write;
 use super::{Engine, contained};
 use crate::config::Backend;
 use crate::fdtable::{self, FileState, Hot, Managed, Slot};
-use crate::policy::{Params, Pattern, read_continues};
+use crate::policy::{Pattern, read_continues};
 use crate::{stats, sys};
 use std::sync::atomic::Ordering;
 
@@ -175,14 +175,6 @@ pub(super) fn read_event(
             chunk: f.prefetch_chunk,
         });
     }
-}
-
-/// The policy's parameters for reads of `f`: prefetch only where the stream's pages can be
-/// proven its own (so they are dropped behind once read) and dropped with fadvise.
-pub(super) fn read_params(eng: &Engine, f: &FileState) -> Params {
-    let provable = !f.unprovable && eng.cfg.backend != Backend::DontCache;
-    eng.params
-        .with_prefetch(if provable { f.prefetch_reach } else { 0 })
 }
 
 /// After a seek on `fd` left the position at `pos`.

@@ -2,7 +2,8 @@
 //! file position every STDIO_SAMPLE bytes the program moves, and at EOF and fclose.
 
 use super::Engine;
-use super::files::{Scope, closing, drop_owned, snapshot, with_file};
+use super::close::closing;
+use super::files::{Scope, drop_owned, snapshot, with_file};
 use super::read::read_event;
 use super::write::write_event;
 use super::write::write_position;

@@ -1,0 +1,56 @@
+//! fd lifetimes: a new number forgets what its slot held; a close finishes the streams
+//! (drops what reads consumed, settles what was written).
+
+use super::files::drop_owned;
+use super::write::finish_write;
+use super::{Engine, contained};
+use crate::fdtable::{self, FileState, Managed};
+
+/// A new fd number appeared (open, dup, fcntl dup): whatever the slot held belonged to an
+/// earlier file. The new one is examined lazily, on its first read or write, so that opens
+/// cost nothing.
+pub fn forget(fd: i32) {
+    if let Some(slot) = fdtable::slot(fd) {
+        slot.forget();
+    }
+}
+
+/// Before `fd` is closed: drop what its streams consumed, settle what they wrote.
+pub fn closing(fd: i32) {
+    let Some(slot) = fdtable::slot(fd) else {
+        return;
+    };
+    if slot.state() == Managed::Tracked {
+        contained(|eng| {
+            if let Some(mut c) = slot.try_claim() {
+                finish_streams(eng, fd, c.file());
+            }
+        });
+    }
+    slot.forget();
+}
+
+/// Before fds `lo..=hi` are closed together.
+pub fn closing_range(lo: u32, hi: u32) {
+    let top = hi.min(fdtable::MAX_FDS as u32 - 1);
+    if lo > top {
+        return;
+    }
+    for fd in lo..=top {
+        closing(fd as i32);
+    }
+}
+
+pub(super) fn finish_streams(eng: &Engine, fd: i32, f: &mut FileState) {
+    crate::info!(
+        "fd {fd}: closing; read {:?} up to {} MiB, wrote up to {} MiB",
+        f.read.pattern,
+        f.read.next >> 20,
+        f.write.next >> 20
+    );
+    let proof = f.read.proof;
+    if let Some(r) = f.read.finish() {
+        drop_owned(fd, f, &proof, r);
+    }
+    finish_write(eng, fd, f);
+}
