@@ -223,6 +223,8 @@ def main():
     a = ap.parse_args()
     path = Path(a.results)
     results = json.loads(path.read_text())
+    if results.get("format") != 2:
+        sys.exit(f"report: {path} was written by an older bench.py (no table layout kept): run the bench again")
     md_path = path.with_suffix(".md")
     md = render(results)
     same = md_path.exists() and md_path.read_text() == md
