@@ -40,11 +40,12 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/dropbehind $(DESTDIR)$(PREFIX)/lib/libdropbehind.so
 
+# BENCH_ARGS: more options for bench/run.sh, e.g. BENCH_ARGS="--vs-lib /old/libdropbehind.so"
 bench: build
-	bench/run.sh --full
+	bench/run.sh --full $(BENCH_ARGS)
 
 bench-quick: build
-	bench/run.sh --quick
+	bench/run.sh --quick $(BENCH_ARGS)
 
 clean:
 	$(CARGO) clean

@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
-"""The benchmark harness: runs every scenario in bench/scenarios/ (one small file each),
-contenders interleaved (A B A B ...), and writes bench/results/latest.{md,json} and PNG plots.
+"""The benchmark harness: runs the scenarios in bench/scenarios/ (one small file each), with
+contenders interleaved (A B B A ...) and every contender's run checked, then writes the
+results (NAME.json) and their report (NAME.md, made by bench/report.py) and PNG plots.
+
+  --full                   bench/results/latest.{json,md}, and the README's blocks from them
+  --quick                  bench/results/quick.{json,md}; the README is left alone
+  --full with --only, --reps or --vs-lib: bench/results/partial.{json,md} (the README's
+                           figures come from every scenario, as they are, only)
 
 A scenario module defines TITLE, ORDER (sort key) and run(b), where b is the Bench below.
 """
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
 import platform
-import statistics
+import re
 import subprocess
 import sys
+import tarfile
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +29,13 @@ REL = ROOT / "target" / "release"
 LIB = REL / "libdropbehind.so"
 LAUNCHER = REL / "dropbehind"
 EXAMPLES = REL / "examples"
+RESULTS = ROOT / "bench" / "results"
 MIB = 1 << 20
+
+
+class Failed(Exception):
+    """A contender's run that did not do its job (exit status, output, an effect it must
+    have had): the report marks the contender failed for that case instead of timing it."""
 
 
 def sh(cmd, **kw):
@@ -32,11 +47,49 @@ def drop_caches():
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
+def tail(err):
+    """The last line of a program's stderr, short enough for a table cell."""
+    text = err.decode(errors="replace") if isinstance(err, bytes) else str(err)
+    lines = text.strip().splitlines()
+    return (lines[-1] if lines else "")[:160]
+
+
+def check_exit(code, err, expect_err=b""):
+    """A run's exit status must be 0 and its stderr as expected (empty by default: a shim
+    warning, or ld.so's "cannot be preloaded", lands there). None skips the stderr check."""
+    if code != 0:
+        raise Failed(f"exit status {code}" + (f": {tail(err)}" if err else ""))
+    if expect_err is not None and err != expect_err:
+        extra = [l for l in err.splitlines() if l not in expect_err.splitlines()]
+        raise Failed(f"unexpected stderr: {tail(extra[0])}" if extra else f"stderr lacks {tail(expect_err)}")
+
+
+def run_checked(cmd, env=None, stdout=subprocess.DEVNULL, expect_out=None, expect_err=b"", preexec_fn=None):
+    """Runs one contender's command, timed, and checks it (check_exit; stdout equal to
+    expect_out when given). Returns (seconds, stdout bytes or None)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, env=dict(os.environ, **env) if env else None, stdout=stdout,
+                         stderr=subprocess.PIPE, preexec_fn=preexec_fn)
+    out, err = p.communicate()
+    secs = time.monotonic() - t0
+    check_exit(p.returncode, err, expect_err)
+    if expect_out is not None and out != expect_out:
+        raise Failed(f"stdout {out[:60]!r} where {expect_out[:60]!r} was expected")
+    return secs, out
+
+
+def parse_json(out, what):
+    """A contender's one-line JSON output; garbage fails the run, not the harness."""
+    try:
+        return json.loads(out)
+    except (ValueError, TypeError) as e:
+        raise Failed(f"{what}: no JSON on stdout ({e})")
+
+
 class DamonPaused:
     """Stops the machine's DAMON daemons (kdamond) for a measurement and restarts them after.
-    On these VMs a DAMON pageout scheme reclaims memory idle for 60 s in the background: a
-    warm working set left alone lost 2.2 MiB of 375 in 10 s and 39 MiB in 90 s, with nothing
-    else running, which no contender causes. `paused` lists the daemons it stopped."""
+    A DAMON pageout scheme reclaims memory that has been idle for a while in the background,
+    also from a warm working set no contender touches. `paused` lists the daemons it stopped."""
 
     ROOT = Path("/sys/kernel/mm/damon/admin/kdamonds")
 
@@ -69,7 +122,8 @@ def vmstat(keys=("allocstall_normal", "allocstall_movable", "pgscan_direct", "pg
 
 
 class Cgroup:
-    """A fresh cgroup-v1 memory group; commands run inside it via `run`."""
+    """A fresh cgroup-v1 memory group; commands run inside it via `run`. Measure what is
+    cached before closing it: close may fall back to memory.force_empty, which evicts."""
 
     seq = 0
 
@@ -83,26 +137,17 @@ class Cgroup:
     def read(self, name):
         return int((self.path / name).read_text().split()[0])
 
-    def stat(self):
-        return dict(l.split() for l in (self.path / "memory.stat").read_text().splitlines())
+    def _enter(self):
+        # In the child before exec: a failed join raises in Popen, so nothing runs outside.
+        with open(self.path / "cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
 
-    def popen(self, cmd, **kw):
-        procs = str(self.path / "cgroup.procs")
+    def popen(self, cmd, env=None, **kw):
+        return subprocess.Popen(cmd, preexec_fn=self._enter, env=dict(os.environ, **env) if env else None, **kw)
 
-        def enter():
-            with open(procs, "w") as f:
-                f.write(str(os.getpid()))
-
-        return subprocess.Popen(cmd, preexec_fn=enter, **kw)
-
-    def run(self, cmd, stdout=subprocess.DEVNULL, stderr=None, check=True):
-        t0 = time.monotonic()
-        p = self.popen(cmd, stdout=stdout, stderr=stderr)
-        out, _ = p.communicate()
-        secs = time.monotonic() - t0
-        if check and p.returncode != 0:
-            raise RuntimeError(f"{cmd} exited {p.returncode}")
-        return secs, out
+    def run(self, cmd, **kw):
+        """run_checked inside this group."""
+        return run_checked(cmd, preexec_fn=self._enter, **kw)
 
     def peak_mib(self):
         return self.read("memory.max_usage_in_bytes") / MIB
@@ -119,6 +164,7 @@ class Cgroup:
                 except OSError:
                     pass
                 time.sleep(0.1)
+        print(f"bench: could not remove {self.path}", file=sys.stderr)
 
     def __enter__(self):
         return self
@@ -130,69 +176,214 @@ class Cgroup:
 def cached_mib(path):
     out = subprocess.run([str(LAUNCHER), "stat", "--json", str(path)], capture_output=True, text=True)
     if out.returncode != 0:
-        return float("nan")
+        raise Failed(f"dropbehind stat {Path(path).name}: {tail(out.stderr)}")
     return json.loads(out.stdout)[0]["cached_pages"] * 4096 / MIB
 
 
+def _sha256(chunks):
+    h = hashlib.sha256()
+    for c in chunks:
+        h.update(c)
+    return h.hexdigest()
+
+
+def _chunks(f):
+    return iter(lambda: f.read(MIB), b"")
+
+
+def digest(path, keep=False):
+    """sha256 of a file. keep: store it beside the file (keyed by size and mtime) and reuse
+    it, for source files, so that checking a copy reads only the copy."""
+    path = Path(path)
+    side = path.with_name(path.name + ".sha256")
+    st = path.stat()
+    key = f"{st.st_size} {st.st_mtime_ns}"
+    if keep and side.exists():
+        k, _, d = side.read_text().rpartition(" ")
+        if k == key:
+            return d
+    with open(path, "rb") as f:
+        d = _sha256(_chunks(f))
+    if keep:
+        side.write_text(f"{key} {d}")
+    return d
+
+
+def same_bytes(src, dst):
+    """A copier's output must hold the source's bytes (compared by sha256)."""
+    if not Path(dst).exists():
+        raise Failed(f"no {Path(dst).name} written")
+    if digest(dst) != digest(src, keep=True):
+        raise Failed(f"{Path(dst).name} differs from {Path(src).name}")
+
+
+def same_tar_member(src, archive, member):
+    """tar's archive must hold the source's bytes as `member`."""
+    try:
+        with tarfile.open(archive) as t, t.extractfile(member) as f:
+            d = _sha256(_chunks(f))
+    except (OSError, KeyError, tarfile.TarError) as e:
+        raise Failed(f"archive unreadable: {e}")
+    if d != digest(src, keep=True):
+        raise Failed(f"{member} in the archive differs from {Path(src).name}")
+
+
 def make_file(path, mib):
+    """A file of `mib` MiB of incompressible bytes, made once and reused; its digest is kept
+    beside it (see digest)."""
     path = Path(path)
     if path.exists() and path.stat().st_size == mib * MIB:
         return path
+    h = hashlib.sha256()
     with open(path, "wb") as f:
         chunk = os.urandom(MIB)
         for i in range(mib):
             # cheap but incompressible-enough: rotate a random MiB
-            f.write(chunk[i % 4096 :] + chunk[: i % 4096])
+            block = chunk[i % 4096 :] + chunk[: i % 4096]
+            h.update(block)
+            f.write(block)
     os.sync()
+    st = path.stat()
+    path.with_name(path.name + ".sha256").write_text(f"{st.st_size} {st.st_mtime_ns} {h.hexdigest()}")
     return path
 
 
-class Contender:
-    """How to run a command under one contender. `wrap(case, cmd)` returns the command, or
-    None when the contender does not apply to that case."""
+# Counters of the shim's exit report (src/stats.rs wording), as read_stats returns them.
+STATS = {
+    "pages_released": r"^\s*pages released\s+(\d+)",
+    "prefetch_batches": r"^\s*prefetched\s+\S+\s+\((\d+) batches",
+    "maps_random": r"(\d+) given MADV_RANDOM",
+    "dirs_prefetched": r"^\s*directories prefetched\s+(\d+)",
+    "inodes_prefetched": r"^\s*directories prefetched\s+\d+\s+\((\d+) inodes",
+    "dirs_warm": r"(\d+) big directories found warm",
+}
 
-    def __init__(self, name, wrap, missing=None):
-        self.name, self.wrap, self.missing = name, wrap, missing
+
+def read_stats(path):
+    """The shim's exit reports (DROPBEHIND_STATS=path, one per process that did something),
+    STATS summed over them. No report at all fails the run: the shim was not preloaded or
+    did nothing."""
+    path = Path(path)
+    if not path.exists():
+        raise Failed("the shim wrote no stats report (not preloaded, or it did nothing)")
+    text = path.read_text()
+    return {k: sum(int(n) for n in re.findall(rx, text, re.M)) for k, rx in STATS.items()}
+
+
+class Contender:
+    """How to run a command under one contender. wrap(case, cmd) gives the command, or None
+    when the contender does not apply to that case; env holds variables it adds; preload is
+    the library, for scenarios that set LD_PRELOAD themselves (None: no shim)."""
+
+    def __init__(self, name, wrap=None, missing=None, env=None, preload=None):
+        self.name, self.missing, self.env, self.preload = name, missing, env or {}, preload
+        self.wrap = wrap or (lambda case, cmd: cmd)
+
+    def preload_env(self, **extra):
+        """Variables that preload this contender's library into a program run directly."""
+        return dict({"LD_PRELOAD": str(self.preload)} if self.preload else {}, **self.env, **extra)
 
 
 def have(cmd):
     return subprocess.run(["sh", "-c", f"command -v {cmd}"], capture_output=True).returncode == 0
 
 
-def contenders(*names):
+OTHER = "dropbehind (other)"
+
+
+def contender_table(other_lib=None):
     launcher = str(LAUNCHER)
+
+    def shim(*opts):
+        return lambda case, cmd: [launcher, *opts, "--", *cmd]
+
     table = {
-        "no shim": Contender("no shim", lambda case, cmd: cmd),
-        "dropbehind": Contender("dropbehind", lambda case, cmd: [launcher, "--", *cmd]),
-        "dropbehind fadvise": Contender(
-            "dropbehind fadvise", lambda case, cmd: [launcher, "--backend", "fadvise", "--", *cmd]
-        ),
-        "dropbehind dontcache": Contender(
-            "dropbehind dontcache", lambda case, cmd: [launcher, "--backend", "dontcache", "--", *cmd]
-        ),
-        "nocache": Contender(
-            "nocache",
-            lambda case, cmd: ["nocache", *cmd],
-            None if have("nocache") else "nocache not installed (apt-get install nocache)",
-        ),
+        "no shim": Contender("no shim"),
+        "dropbehind": Contender("dropbehind", shim(), preload=LIB),
+        "dropbehind fadvise": Contender("dropbehind fadvise", shim("--backend", "fadvise"), preload=LIB),
+        "dropbehind dontcache": Contender("dropbehind dontcache", shim("--backend", "dontcache"), preload=LIB),
+        "nocache": Contender("nocache", lambda case, cmd: ["nocache", *cmd],
+                             None if have("nocache") else "nocache not installed (apt-get install nocache)"),
     }
-    return [table[n] for n in names]
+    if other_lib:
+        # The same launcher, told to preload the other build (it honours DROPBEHIND_LIB first).
+        table[OTHER] = Contender(OTHER, shim(), env={"DROPBEHIND_LIB": str(other_lib)}, preload=Path(other_lib))
+    return table
+
+
+def machine_facts():
+    """What the report says about the machine, read when the results are made."""
+    mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 // 1024
+    target = str(ROOT / "target")
+    fs = sh(["findmnt", "-n", "-o", "FSTYPE", "--target", target], capture_output=True, text=True).stdout.strip()
+    dev = sh(["findmnt", "-n", "-o", "SOURCE", "--target", target], capture_output=True, text=True).stdout.strip()
+    return dict(read_on=time.strftime("%Y-%m-%d"), kernel=platform.release(), cpus=os.cpu_count(), mem_gib=mem,
+                data_fs=fs, data_dev=dev, read_ahead_kb=read_ahead_kb(dev), nocache=have("nocache"),
+                damon=damon_schemes())
+
+
+def read_ahead_kb(dev):
+    """A block device's readahead (sysfs), or None."""
+    p = Path(f"/sys/block/{os.path.basename(dev)}/queue/read_ahead_kb")
+    return int(p.read_text()) if p.exists() else None
+
+
+def damon_schemes():
+    """The running DAMON schemes: action, minimum idle age (s), quota (MiB/s, 0: none)."""
+    out = []
+    for d in sorted(DamonPaused.ROOT.glob("[0-9]*")) if DamonPaused.ROOT.exists() else []:
+        try:
+            if (d / "state").read_text().strip() == "on":
+                out += kdamond_schemes(d)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def kdamond_schemes(d):
+    """The schemes of one kdamond directory (sysfs admin interface)."""
+    out = []
+    for ctx in sorted((d / "contexts").glob("[0-9]*")):
+        aggr_us = int((ctx / "monitoring_attrs/intervals/aggr_us").read_text())
+        for s in sorted((ctx / "schemes").glob("[0-9]*")):
+            q = s / "quotas"
+            per_ms = int((q / "reset_interval_ms").read_text())
+            quota = int((q / "bytes").read_text()) / MIB * 1000 / per_ms if per_ms else 0
+            out.append(dict(action=(s / "action").read_text().strip(),
+                            min_age_s=int((s / "access_pattern/age/min").read_text()) * aggr_us / 1e6,
+                            quota_mib_s=round(quota, 1)))
+    return out
 
 
 class Bench:
-    def __init__(self, quick, outdir):
+    def __init__(self, quick, outdir, reps=None, other_lib=None):
         self.quick = quick
         self.outdir = Path(outdir)
         self.outdir.mkdir(parents=True, exist_ok=True)
+        self.reps_override = reps
+        # A min-max range needs a few points: comparing two builds runs every case 3 times at least.
+        self.min_reps = 3 if other_lib else 1
+        self.table_of = contender_table(other_lib)
+        self.plot_prefix = "quick-" if quick else ""
         self.samples = []
         self.sections = []
         self.plots = []
+        self.outputs = {}
         self.work = ROOT / "target" / "bench-data"
         self.work.mkdir(parents=True, exist_ok=True)
         self.scenario = "?"
 
     def size(self, full, quick):
         return quick if self.quick else full
+
+    def contenders(self, *names):
+        """The named contenders, in order; with --vs-lib, the other build follows "dropbehind"."""
+        out = []
+        for n in names:
+            out.append(self.table_of[n])
+            if n == "dropbehind" and OTHER in self.table_of:
+                out.append(self.table_of[OTHER])
+        return out
 
     def progress(self, case, contender, rep, reps):
         print(f"\r\033[K[{self.scenario}] {case} / {contender} / rep {rep + 1}/{reps}", end="", file=sys.stderr, flush=True)
@@ -201,20 +392,45 @@ class Bench:
         self.samples.append(dict(scenario=self.scenario, case=case, contender=contender, rep=rep, **metrics))
 
     def interleave(self, cases, conts, reps, fn):
-        """fn(case, contender, cmd_wrap) -> metrics dict (or None to skip). Runs A B B A:
-        the order flips every repetition, so that neither contender always runs right after
-        the other (seen here: cold random preads measured 1.02x in A B A B order over 21
-        repetitions, 0.96x in A B B A order)."""
+        """fn(case, contender) -> metrics dict (or None when the contender does not apply).
+        Runs A B B A: the order flips every repetition, so that neither contender always runs
+        right after the other (seen here: cold random preads measured 1.02x in A B A B order
+        over 21 repetitions, 0.96x in A B B A order). A run that raises Failed is recorded
+        with its reason and no figures; that contender's later repetitions of the case are
+        skipped."""
+        reps = self.reps_override or max(reps, self.min_reps)
+        failed = set()
         for rep in range(reps):
             for case in cases:
                 for c in (conts if rep % 2 == 0 else list(reversed(conts))):
-                    if c.missing:
+                    if c.missing or (case, c.name) in failed:
                         continue
                     self.progress(case, c.name, rep, reps)
-                    m = fn(case, c)
+                    try:
+                        m = fn(case, c)
+                    except Failed as e:
+                        failed.add((case, c.name))
+                        print(f"\r\033[K[{self.scenario}] {case} / {c.name}: FAILED: {e}", file=sys.stderr)
+                        self.record(case, c.name, rep, failed=str(e))
+                        continue
                     if m is not None:
                         self.record(case, c.name, rep, **m)
         print("\r\033[K", end="", file=sys.stderr)
+
+    def rows(self, case, contender):
+        """This scenario's successful runs of a case by a contender."""
+        return [s for s in self.samples if s["scenario"] == self.scenario and s["case"] == case
+                and s["contender"] == contender and "failed" not in s]
+
+    def same_output(self, key, contender, out):
+        """What a contender printed for a command must equal what the plain run printed
+        (the "no shim" contender, which interleave runs first)."""
+        h = hashlib.sha256(out).hexdigest()
+        ref = self.outputs.setdefault(key, h) if contender.name == "no shim" else self.outputs.get(key)
+        if ref is None:
+            raise Failed("no plain run's output to compare with (it failed)")
+        if h != ref:
+            raise Failed(f"output differs from the plain run's ({len(out)} bytes)")
 
     def source_file(self, mib, name="copy-src"):
         """A `mib` MiB file alone in its own directory (tar archives the directory), made
@@ -241,125 +457,100 @@ class Bench:
         ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
+        name = self.plot_prefix + name
         fig.savefig(self.outdir / name, dpi=100)
         self.plots.append(name)
 
-    def rows(self, case, contender):
-        return [s for s in self.samples if s["scenario"] == self.scenario and s["case"] == case and s["contender"] == contender]
-
     def table(self, title, cases, conts, metrics, baseline="no shim", ratio_of=None, note=""):
-        """metrics: [(key, label, fmt)]. Median and min-max per cell; ratio of `ratio_of`
-        against the baseline contender of the same case."""
-        ratios = [ratio_of] if isinstance(ratio_of, str) else list(ratio_of or [])
-        labels = {m[0]: m[1] for m in metrics}
-        head = ["case", "contender"] + [m[1] for m in metrics] + [f"{labels.get(r, r)} vs {baseline}" for r in ratios]
-        lines = [f"### {title}", ""]
-        if note:
-            lines += [note, ""]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for case in cases:
-            base = {r: [s[r] for s in self.rows(case, baseline)] for r in ratios}
-            for c in conts:
-                rows = self.rows(case, c.name)
-                if c.missing:
-                    if case == cases[0]:
-                        lines.append(f"| {case} | {c.name} | " + " | ".join(["n/a"] * (len(head) - 2)) + f" |")
-                        lines[-1] = lines[-1][:-1] + f"({c.missing}) |"
-                    continue
-                if not rows:
-                    continue
-                cells = [case, c.name]
-                for key, _, fmt in metrics:
-                    vals = [r[key] for r in rows if r.get(key) is not None]
-                    cells.append(cell(vals, fmt))
-                for r in ratios:
-                    vals = [row[r] for row in rows]
-                    cells.append(f"{statistics.median(vals) / statistics.median(base[r]):.2f}" if base[r] and vals else "-")
-                lines.append("| " + " | ".join(cells) + " |")
-        self.sections.append("\n".join(lines) + "\n")
+        """A table of the report (bench/report.py renders it from the samples): metrics
+        [(key, label, fmt)], median and min-max per cell, and the ratio of the medians of
+        each `ratio_of` key against the baseline contender of the same case."""
+        self.sections.append(dict(
+            kind="table", scenario=self.scenario, title=title, cases=list(cases),
+            contenders=[c.name for c in conts], missing={c.name: c.missing for c in conts if c.missing},
+            metrics=[list(m) for m in metrics], baseline=baseline,
+            ratios=[ratio_of] if isinstance(ratio_of, str) else list(ratio_of or []), note=note))
 
+    def text(self, text):
+        """A paragraph of the report, written from this run's measurements."""
+        self.sections.append(dict(kind="text", scenario=self.scenario, text=text))
 
-def cell(vals, fmt):
-    if not vals:
-        return "-"
-    if isinstance(vals[0], bool):
-        return "yes" if all(vals) else "NO"
-    med = statistics.median(vals)
-    if len(vals) == 1 or min(vals) == max(vals):
-        return fmt.format(med)
-    return f"{fmt.format(med)} ({fmt.format(min(vals))}-{fmt.format(max(vals))})"
+    def summary(self, name, cases, contender, metrics, baseline="no shim"):
+        """Figures for the README block `name` (outside the tables): the ratio of the medians
+        of each metric [(key, label)], contender against baseline, per case."""
+        self.sections.append(dict(kind="summary", name=name, scenario=self.scenario, cases=list(cases),
+                                  contender=contender, baseline=baseline, metrics=[list(m) for m in metrics]))
 
 
 def load_scenarios(only):
     mods = []
     for p in sorted((ROOT / "bench" / "scenarios").glob("*.py")):
+        if only and p.stem not in only:
+            continue
         spec = importlib.util.spec_from_file_location(p.stem, p)
         m = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(m)
-        if not only or p.stem in only:
-            mods.append((getattr(m, "ORDER", 50), p.stem, m))
+        mods.append((getattr(m, "ORDER", 50), p.stem, m))
+    unknown = set(only or []) - {name for _, name, _ in mods}
+    if unknown:
+        sys.exit(f"bench: no scenario {', '.join(sorted(unknown))} in bench/scenarios/")
     return [(name, m) for _, name, m in sorted(mods)]
 
 
-def machine():
-    mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 // 1024
-    fs = sh(["findmnt", "-n", "-o", "FSTYPE", "--target", str(ROOT / "target")], capture_output=True, text=True).stdout.strip()
-    dev = sh("findmnt -n -o SOURCE --target " + str(ROOT / "target"), capture_output=True, text=True).stdout.strip()
-    ra = ""
-    name = os.path.basename(dev)
-    p = Path(f"/sys/block/{name}/queue/read_ahead_kb")
-    if p.exists():
-        ra = f", read_ahead_kb {p.read_text().strip()}"
-    return (
-        f"Linux {platform.release()}, {os.cpu_count()} CPUs, {mem} GiB RAM, data on {fs} ({dev}{ra}), "
-        f"nocache {'present' if have('nocache') else 'absent'}"
-    )
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    import report
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--quick", action="store_true", help="reduced sizes, under 5 minutes")
+    g.add_argument("--quick", action="store_true", help="reduced sizes and repetitions")
     g.add_argument("--full", action="store_true", help="the seed experiments' sizes")
     ap.add_argument("--only", nargs="*", help="scenario file names (without .py)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--reps", type=int, help="repetitions of every case, instead of each scenario's own")
+    ap.add_argument("--vs-lib", metavar="LIB", help=f"another libdropbehind.so, run as the contender \"{OTHER}\"")
+    ap.add_argument("--out", default=str(RESULTS), help="directory for the results (default bench/results)")
     ap.add_argument("--no-readme", action="store_true", help="don't update README.md")
     a = ap.parse_args()
-    b = Bench(a.quick, a.out)
+    if a.vs_lib and not Path(a.vs_lib).is_file():
+        sys.exit(f"bench: --vs-lib {a.vs_lib}: no such file")
+    complete = a.full and not a.only and not a.reps and not a.vs_lib
+    name = "latest" if complete else "quick" if a.quick else "partial"
+    b = Bench(a.quick, a.out, a.reps, a.vs_lib)
     t0 = time.time()
-    for name, mod in load_scenarios(a.only):
-        b.scenario = name
-        print(f"== {name}: {mod.TITLE}", file=sys.stderr)
+    crashed = []
+    for sname, mod in load_scenarios(a.only):
+        b.scenario = sname
+        print(f"== {sname}: {mod.TITLE}", file=sys.stderr)
         s0 = time.time()
-        mod.run(b)
+        try:
+            mod.run(b)
+        except Exception:
+            # The harness or a fixture broke (a contender's failure is caught per run): the
+            # other scenarios still run, and the report says what happened.
+            traceback.print_exc()
+            crashed.append(sname)
+            b.text(f"### {mod.TITLE}\n\nScenario crashed: {tail(traceback.format_exc())}\n")
         print(f"   ({time.time() - s0:.0f} s)", file=sys.stderr)
-    mode = "bench-quick" if a.quick else "bench"
-    header = (
-        f"Made by `make {mode}` on {time.strftime('%Y-%m-%d')} in {time.time() - t0:.0f} s. "
-        f"Machine: {machine()}. Each cell: median (min-max) over the repetitions, contenders "
-        "interleaved; caches dropped before every cold run.\n"
-    )
-    md = header + "\n" + "\n".join(b.sections)
-    for p in b.plots:
-        md += f"\n![{p}]({p})\n"
+    args = sys.argv[1:]
+    command = "make bench" if complete else "make bench-quick" if args == ["--quick"] else "bench/run.sh " + " ".join(args)
+    results = dict(format=2, mode="bench" if a.full else "bench-quick", complete=complete, command=command,
+                   date=time.strftime("%Y-%m-%d"), seconds=round(time.time() - t0), machine=machine_facts(),
+                   vs_lib=a.vs_lib, sections=b.sections, plots=b.plots, samples=b.samples)
     out = Path(a.out)
-    (out / "latest.md").write_text(md)
-    (out / "latest.json").write_text(json.dumps({"mode": mode, "machine": machine(), "samples": b.samples}, indent=1))
-    if not a.no_readme and a.out == str(ROOT / "bench" / "results"):
-        update_readme(md)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    md = report.render(results)
+    (out / f"{name}.md").write_text(md)
     print(md)
-
-
-def update_readme(md):
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
-    if begin in text and end in text:
-        rel = md.replace("](", "](bench/results/")
-        pre, rest = text.split(begin, 1)
-        _, post = rest.split(end, 1)
-        readme.write_text(pre + begin + "\n" + rel + "\n" + end + post)
+    if complete and not a.no_readme and out.resolve() == RESULTS.resolve():
+        if crashed:
+            print(f"bench: README left alone: {', '.join(crashed)} crashed", file=sys.stderr)
+        else:
+            report.update_readme(results)
+    sys.exit(1 if crashed else 0)
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the module "bench" that the scenarios import, so that they share its classes
+    # (an exception class of a second copy would not be caught here).
+    import bench
+
+    bench.main()

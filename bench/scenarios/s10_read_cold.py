@@ -1,6 +1,6 @@
 """Cold streaming reads (issue 2): peak memory-cgroup usage, cache left behind, wall time."""
-import hashlib
-from bench import EXAMPLES, Cgroup, cached_mib, contenders, drop_caches, make_file, Contender
+from subprocess import DEVNULL, PIPE
+from bench import EXAMPLES, MIB, Cgroup, Contender, cached_mib, digest, drop_caches, make_file, parse_json, Failed
 
 TITLE = "Cold streaming read of a big file"
 ORDER = 10
@@ -9,26 +9,36 @@ ORDER = 10
 def run(b):
     mib = b.size(2048, 512)
     f = make_file(b.work / f"read-{mib}.bin", mib)
+    # Each case with what a correct run prints (stdout, stderr): a reader that stopped early
+    # or printed a warning fails. dd counts its records on stderr (status=noxfer: no timing).
+    records = f"{mib}+0 records in\n{mib}+0 records out\n".encode()
     cases = {
-        "cat F >/dev/null": ["cat", str(f)],
-        "sha256sum F (stdio)": ["sha256sum", str(f)],
-        "python3, 1 MiB reads": ["python3", "-c", "import sys\nf=open(sys.argv[1],'rb',buffering=0)\nwhile f.read(1<<20): pass", str(f)],
-        "dd bs=1M": ["dd", f"if={f}", "of=/dev/null", "bs=1M", "status=none"],
+        "cat F >/dev/null": (["cat", str(f)], None, b""),
+        "sha256sum F (stdio)": (["sha256sum", str(f)], f"{digest(f, keep=True)}  {f}\n".encode(), b""),
+        "python3, 1 MiB reads": (["python3", "-c", "import sys\nf=open(sys.argv[1],'rb',buffering=0)\nn=0\n"
+                                  "while b:=f.read(1<<20): n+=len(b)\nprint(n)", str(f)], f"{mib * MIB}\n".encode(), b""),
+        "dd bs=1M": (["dd", f"if={f}", "of=/dev/null", "bs=1M", "status=noxfer"], None, records),
     }
-    conts = contenders("no shim", "dropbehind", "dropbehind dontcache", "nocache") + [
+    conts = b.contenders("no shim", "dropbehind", "dropbehind dontcache", "nocache") + [
         Contender("dd iflag=nocache", lambda case, cmd: cmd + ["iflag=nocache"] if case == "dd bs=1M" else None),
         Contender("RWF_DONTCACHE reference", lambda case, cmd: [str(EXAMPLES / "uncached"), "read", str(f)] if case == "cat F >/dev/null" else None),
     ]
 
     def one(case, c):
-        cmd = c.wrap(case, cases[case])
+        plain, out, err = cases[case]
+        cmd = c.wrap(case, plain)
         if cmd is None:
             return None
+        reference = cmd[0] == str(EXAMPLES / "uncached")
         drop_caches()
         with Cgroup() as cg:
-            secs, _ = cg.run(cmd)
+            secs, got = cg.run(cmd, env=c.env, stdout=PIPE if out or reference else DEVNULL,
+                               expect_out=None if reference else out, expect_err=err)
             peak = cg.peak_mib()
-        return dict(seconds=secs, peak_mib=peak, left_mib=cached_mib(f))
+            left = cached_mib(f)
+        if reference and (n := parse_json(got, "uncached")["bytes"]) != mib * MIB:
+            raise Failed(f"uncached read {n} bytes of {mib * MIB}")
+        return dict(seconds=secs, peak_mib=peak, left_mib=left)
 
     b.interleave(list(cases), conts, b.size(3, 1), one)
     b.table(

@@ -1,7 +1,7 @@
 """Seed 000 (2007 drop-behind thread): a working set warmed by two mmap scans must survive a
 streaming read AND a streaming copy of a file twice the memory cgroup's size."""
-import json
-from bench import EXAMPLES, MIB, Cgroup, Contender, DamonPaused, cached_mib, contenders, drop_caches, make_file
+from subprocess import DEVNULL, PIPE
+from bench import EXAMPLES, MIB, Cgroup, Contender, DamonPaused, cached_mib, digest, drop_caches, make_file, parse_json, same_bytes, same_tar_member
 
 TITLE = "Hot working set vs a big streaming read or copy (seed 000)"
 ORDER = 30
@@ -15,35 +15,51 @@ def run(b):
     big_dir, big = b.source_file(big_mib, "hot-src")
     dst = b.work / "hot-dst"
     scan = [str(EXAMPLES / "mmap_scan"), str(ws)]
+
+    # Each case: the command, what it must print, and the check of its copy (made after the
+    # measurement, which it would disturb).
+    def copied():
+        same_bytes(big, dst)
+
     cases = {
-        "cat (read)": ["sh", "-c", f'cat "{big}" >/dev/null'],
-        "sha256sum (read)": ["sha256sum", str(big)],
-        "cp (copy)": ["cp", str(big), str(dst)],
-        "tar cf (copy)": ["tar", "cf", str(dst), "-C", str(big_dir), "F"],
-        "rsync (copy)": ["rsync", str(big), str(dst)],
-        "python3 shutil.copyfile (copy)": ["python3", "-c", "import shutil,sys; shutil.copyfile(*sys.argv[1:])", str(big), str(dst)],
+        "cat (read)": (["sh", "-c", f'cat "{big}" >/dev/null'], None, None),
+        "sha256sum (read)": (["sha256sum", str(big)], f"{digest(big, keep=True)}  {big}\n".encode(), None),
+        "cp (copy)": (["cp", str(big), str(dst)], None, copied),
+        "tar cf (copy)": (["tar", "cf", str(dst), "-C", str(big_dir), "F"], None, lambda: same_tar_member(big, dst, "F")),
+        "rsync (copy)": (["rsync", str(big), str(dst)], None, copied),
+        "python3 shutil.copyfile (copy)": (["python3", "-c", "import shutil,sys; shutil.copyfile(*sys.argv[1:])", str(big), str(dst)],
+                                           None, copied),
     }
     if b.quick:
         cases = {k: v for k, v in cases.items() if k in ("cat (read)", "cp (copy)", "python3 shutil.copyfile (copy)")}
     # The control runs no aggressor, only a pause: a fresh scan of a cached set is slower after
     # a few idle seconds than right after warming (CPU caches), so re-scans compare to it.
-    conts = contenders("no shim", "dropbehind", "nocache") + [
-        Contender("idle pause (control)", lambda case, cmd: ["sleep", "3"]),
-    ]
+    control = Contender("idle pause (control)", lambda case, cmd: ["sleep", "3"])
+    conts = b.contenders("no shim", "dropbehind", "nocache") + [control]
+
+    def scan_s(cg, *extra):
+        _, out = cg.run(scan + list(extra), stdout=PIPE)
+        j = parse_json(out, "mmap_scan")
+        if j["bytes"] != ws_mib * MIB:
+            raise RuntimeError(f"mmap_scan scanned {j['bytes']} bytes of {ws_mib * MIB}")
+        return j["seconds"][0]
 
     def one(case, c):
         if dst.exists():
             dst.unlink()
         drop_caches()
+        cmd, out, check = cases[case]
+        if c is control:
+            out = check = None
         with Cgroup(limit * MIB) as cg:
-            cg.run(scan + ["--passes", "2"])  # warm it, as the seed did, twice
-            _, out = cg.run(scan, stdout=-1)  # then time a fresh process's scan of it
-            warm = json.loads(out)["seconds"][0]
+            scan_s(cg, "--passes", "2")  # warm it, as the seed did, twice
+            warm = scan_s(cg)  # then time a fresh process's scan of it
             before = cached_mib(ws)
-            secs, _ = cg.run(c.wrap(case, cases[case]))
+            secs, _ = cg.run(c.wrap(case, cmd), env=c.env, stdout=PIPE if out else DEVNULL, expect_out=out)
             after = cached_mib(ws)
-            _, out = cg.run(scan, stdout=-1)
-            rescan = json.loads(out)["seconds"][0]
+            rescan = scan_s(cg)
+        if check:
+            check()
         return dict(kept_pct=100 * after / before if before else 0, rescan_ratio=rescan / warm,
                     warm=warm, rescan=rescan, aggressor_s=secs)
 

@@ -1,8 +1,7 @@
 """Footprint over time: memory-cgroup usage every 50 ms during a big copy, one line per
 contender, drawn as one plot."""
 import json
-import subprocess
-from bench import EXAMPLES, MIB, Cgroup, contenders, drop_caches, Contender
+from bench import EXAMPLES, MIB, Cgroup, Contender, Failed, drop_caches, run_checked, same_bytes
 
 TITLE = "Memory-cgroup usage over time during a big copy"
 ORDER = 40
@@ -13,7 +12,7 @@ def run(b):
     src_dir, f = b.source_file(mib)
     dst = b.work / "fp-dst"
     cp = ["cp", str(f), str(dst)]
-    conts = contenders("no shim", "dropbehind", "nocache") + [
+    conts = b.contenders("no shim", "dropbehind", "nocache") + [
         Contender("dd iflag=nocache oflag=nocache", lambda case, cmd: ["dd", f"if={f}", f"of={dst}", "bs=1M", "iflag=nocache", "oflag=nocache", "status=none"]),
         Contender("RWF_DONTCACHE reference", lambda case, cmd: [str(EXAMPLES / "uncached"), "copy", str(f), str(dst)]),
     ]
@@ -24,12 +23,16 @@ def run(b):
             dst.unlink()
         drop_caches()
         samples, summary = b.work / "fp-samples.txt", b.work / "fp-summary.json"
+        summary.unlink(missing_ok=True)
         with Cgroup() as cg:
             # The sampler stays outside: only the command it starts joins the cgroup (the
             # sampler's own executable pages would otherwise be charged too: +9 MiB).
-            subprocess.run([str(EXAMPLES / "footprint"), "--cgroup", str(cg.path), "--interval-ms", "50",
-                            "--out", str(samples), "--json", str(summary), "--", *c.wrap(case, cp)], check=True)
+            run_checked([str(EXAMPLES / "footprint"), "--cgroup", str(cg.path), "--interval-ms", "50",
+                         "--out", str(samples), "--json", str(summary), "--", *c.wrap(case, cp)], env=c.env)
         res = json.loads(summary.read_text())
+        if res["exit"] != 0:  # footprint itself exits 0 whatever the command's status
+            raise Failed(f"exit status {res['exit']}")
+        same_bytes(f, dst)
         pts = [tuple(map(int, l.split())) for l in samples.read_text().splitlines() if l.strip()]
         series[c.name] = [(t / 1000, u / MIB) for t, u in pts]
         return dict(seconds=res["seconds"], peak_mib=res["peak_bytes"] / MIB)

@@ -1,9 +1,9 @@
 """Seed 002 (2011 extra_free_kbytes thread): three background `dd` writers stream to disk
 while a foreground program allocates a burst of memory in the same memory cgroup. Worst and
 99th-percentile first-touch latency, cgroup limit hits (failcnt) and direct-reclaim stalls."""
-import json
 import time
-from bench import EXAMPLES, MIB, Cgroup, contenders, drop_caches, vmstat
+from subprocess import DEVNULL, PIPE
+from bench import EXAMPLES, MIB, Cgroup, Failed, check_exit, drop_caches, parse_json, vmstat
 
 TITLE = "Foreground allocation latency under background streaming writers (seed 002)"
 ORDER = 50
@@ -14,7 +14,7 @@ def run(b):
     writer_mib = b.size(4096, 1536)
     burst = b.size(640, 320)
     files = [b.work / f"writer{i}.bin" for i in range(3)]
-    conts = contenders("no shim", "dropbehind", "nocache")
+    conts = b.contenders("no shim", "dropbehind", "nocache")
     hists = {}
 
     def one(case, c):
@@ -23,16 +23,22 @@ def run(b):
         drop_caches()
         before = vmstat()
         with Cgroup(limit * MIB) as cg:
-            writers = [cg.popen(c.wrap(case, ["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={writer_mib}", "status=none"]))
-                       for f in files]
-            time.sleep(3)
-            fails0 = cg.read("memory.failcnt")
-            _, out = cg.run([str(EXAMPLES / "alloc_burst"), str(burst)], stdout=-1)
-            fails = cg.read("memory.failcnt") - fails0
-            for w in writers:
-                w.wait()
+            writers = [cg.popen(c.wrap(case, ["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={writer_mib}", "status=none"]),
+                                env=c.env, stdout=DEVNULL, stderr=PIPE) for f in files]
+            try:
+                time.sleep(3)
+                fails0 = cg.read("memory.failcnt")
+                _, out = cg.run([str(EXAMPLES / "alloc_burst"), str(burst)], stdout=PIPE)
+                fails = cg.read("memory.failcnt") - fails0
+            finally:
+                ends = [(w.wait(), w.stderr.read()) for w in writers]
+        for code, err in ends:
+            check_exit(code, err)
+        for f in files:
+            if f.stat().st_size != writer_mib * MIB:
+                raise Failed(f"{f.name} has {f.stat().st_size} bytes, not {writer_mib} MiB")
         after = vmstat()
-        res = json.loads(out)
+        res = parse_json(out, "alloc_burst")
         hists.setdefault(c.name, res["hist"])
         stalls = sum(after[k] - before.get(k, 0) for k in after if k.startswith("allocstall"))
         direct = after.get("pgscan_direct", 0) - before.get("pgscan_direct", 0)

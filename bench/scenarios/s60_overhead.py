@@ -1,9 +1,7 @@
 """Overhead of the hooks where they must cost nothing: cached 4 KiB preads in a tight loop,
 pipe reads, process start-up, random preads on a cold file."""
-import json
-import subprocess
-import time
-from bench import EXAMPLES, LIB, contenders, drop_caches, make_file
+from subprocess import PIPE
+from bench import EXAMPLES, Failed, drop_caches, make_file, parse_json, run_checked
 
 TITLE = "Hot-path overhead"
 ORDER = 60
@@ -22,21 +20,22 @@ def run(b):
         f"start-up of /bin/true x{execs}": None,
         f"random 4 KiB preads, cold {cold_mib} MiB file x20000": [loop, "random", str(cold), "--ops", "20000"],
     }
-    conts = contenders("no shim", "dropbehind")
+    conts = b.contenders("no shim", "dropbehind")
 
     def one(case, c):
-        env_pre = ["env", f"LD_PRELOAD={LIB}"] if c.name == "dropbehind" else []
         if cases[case] is None:
-            script = f"for i in $(seq {execs}); do {' '.join(env_pre)} /bin/true; done"
-            if not env_pre:
-                script = f"for i in $(seq {execs}); do env /bin/true; done"
-            t0 = time.monotonic()
-            subprocess.run(["bash", "-c", script], check=True)
-            return dict(per_op=(time.monotonic() - t0) / execs * 1e6)
+            env_pre = ["env", *(f"{k}={v}" for k, v in c.preload_env().items())]
+            # A failed start stops the loop; ld.so's "cannot be preloaded" fails it on stderr.
+            secs, _ = run_checked(["bash", "-c", f"for i in $(seq {execs}); do {' '.join(env_pre)} /bin/true || exit 1; done"])
+            return dict(per_op=secs / execs * 1e6)
         if "cold" in case:
             drop_caches()
-        out = subprocess.run(env_pre + cases[case], capture_output=True, text=True, check=True).stdout
-        return dict(per_op=json.loads(out)["ns_per_op"] / 1000)
+        _, out = run_checked(cases[case], env=c.preload_env(), stdout=PIPE)
+        j = parse_json(out, "pread_loop")
+        want = int(cases[case][cases[case].index("--ops") + 1])
+        if j["ops"] != want:
+            raise Failed(f"pread_loop did {j['ops']} operations of {want}")
+        return dict(per_op=j["ns_per_op"] / 1000)
 
     # Cold random reads are noisy (a few 100 ms outliers in 2 s runs) and the criterion is
     # 1%: many more repetitions for them.

@@ -2,12 +2,11 @@
 scans on the slow-disk fixture (128 KiB device readahead, 2 ms per request), the stride-100
 load over a 1 TB sparse file through a mapping and by pread, and a sequential mmap scan on
 the local disk."""
-import json
 import os
 import subprocess
-import time
 from pathlib import Path
-from bench import EXAMPLES, LIB, MIB, ROOT, Contender, cached_mib, drop_caches, make_file, sh
+from subprocess import PIPE
+from bench import EXAMPLES, MIB, ROOT, Contender, Failed, cached_mib, drop_caches, make_file, parse_json, read_ahead_kb, read_stats, run_checked, sh
 
 TITLE = "Readahead ahead and mmap policy (seeds 001, 003)"
 ORDER = 80
@@ -20,18 +19,12 @@ def device_reads(dev):
     return int(f[0]), int(f[2]) * 512
 
 
-def stats_env(path):
-    return {"LD_PRELOAD": str(LIB), "DROPBEHIND_STATS": str(path)}
-
-
-def run_measured(cmd, env_extra, dev=None):
-    """Runs cmd cold; returns seconds, average device read KiB (when dev), stdout."""
+def run_measured(cmd, env, dev=None, expect_err=b""):
+    """Runs cmd cold, checked; returns seconds, average device read KiB and reads (when dev),
+    and stdout."""
     drop_caches()
-    env = dict(os.environ, **env_extra)
     r0 = device_reads(dev) if dev else None
-    t0 = time.monotonic()
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    secs = time.monotonic() - t0
+    secs, out = run_checked(cmd, env=env, stdout=PIPE, expect_err=expect_err)
     m = dict(seconds=secs)
     if dev:
         r1 = device_reads(dev)
@@ -41,17 +34,22 @@ def run_measured(cmd, env_extra, dev=None):
     return m, out
 
 
+def shim_env(c, stats):
+    """The contender's variables; under the shim, its exit report goes to `stats`."""
+    stats.unlink(missing_ok=True)
+    return c.preload_env(DROPBEHIND_STATS=str(stats)) if c.preload else {}
+
+
 def run(b):
     slow_cases, local_cases = [], []
-    no_shim = Contender("no shim", None)
-    ours = Contender("dropbehind", None)
-    big_ra = Contender("no shim, read_ahead_kb 8192 (reference)", None)
-    madv = Contender("MADV_RANDOM by hand (reference)", None)
-    env_of = {"no shim": {}, "dropbehind": {"LD_PRELOAD": str(LIB)}, big_ra.name: {}, madv.name: {}}
+    shims = b.contenders("no shim", "dropbehind")
+    big_ra = Contender("no shim, read_ahead_kb 8192 (reference)")
+    madv = Contender("MADV_RANDOM by hand (reference)")
     reps = b.size(3, 1)
+    stats = b.work / "s80-stats.txt"
 
     if sh([SLOWDISK, "check"], capture_output=True).returncode != 0:
-        b.sections.append("### Readahead on the slow disk\n\nSkipped: the slow-disk fixture needs root, nbdkit and nbdfuse.\n")
+        b.text("### Readahead on the slow disk\n\nSkipped: the slow-disk fixture needs root, nbdkit and nbdfuse.\n")
     else:
         mib = b.size(1024, 256)
         sd = b.work / "slow-ra"
@@ -62,34 +60,47 @@ def run(b):
         src = subprocess.run(["findmnt", "-n", "-o", "SOURCE", mnt], capture_output=True, text=True).stdout.strip()
         dev = os.path.basename(src)
         ra_file = Path(f"/sys/block/{dev}/queue/read_ahead_kb")
+        ra = ra_file.read_text().strip()
         f = make_file(Path(mnt) / "f", mib)
+        # dd counts its records on stderr (status=noxfer: no timing): a short read fails.
         cmds = {
-            f"dd bs=4K, cold {mib} MiB": ["dd", f"if={f}", "of=/dev/null", "bs=4K", "status=none"],
-            f"dd bs=128K, cold {mib} MiB": ["dd", f"if={f}", "of=/dev/null", "bs=128K", "status=none"],
-            f"mmap scan (seed 001), cold {mib} MiB": [str(EXAMPLES / "mmap_scan"), str(f)],
+            f"dd bs=4K, cold {mib} MiB": (["dd", f"if={f}", "of=/dev/null", "bs=4K", "status=noxfer"], mib * 256),
+            f"dd bs=128K, cold {mib} MiB": (["dd", f"if={f}", "of=/dev/null", "bs=128K", "status=noxfer"], mib * 8),
+            f"mmap scan (seed 001), cold {mib} MiB": ([str(EXAMPLES / "mmap_scan"), str(f)], None),
         }
 
         def one(case, c):
-            if c.name == big_ra.name:
+            cmd, records = cmds[case]
+            if c is big_ra:
                 ra_file.write_text("8192")
             try:
-                m, out = run_measured(cmds[case], env_of[c.name], dev)
+                m, out = run_measured(cmd, shim_env(c, stats), dev,
+                                      f"{records}+0 records in\n{records}+0 records out\n".encode() if records else b"")
             finally:
-                ra_file.write_text("128")
-            if "mmap" in case:
-                m["majflt"] = json.loads(out)["majflt"]
+                ra_file.write_text(ra)
+            if not records:
+                j = parse_json(out, "mmap_scan")
+                if j["bytes"] != mib * MIB:
+                    raise Failed(f"mmap_scan scanned {j['bytes']} bytes of {mib * MIB}")
+                m["majflt"] = j["majflt"]
+            if c.preload:
+                # The device's readahead is small here: a sequential read the shim did not
+                # prefetch for would mean it did not act.
+                m["prefetch_batches"] = read_stats(stats)["prefetch_batches"]
+                if not m["prefetch_batches"]:
+                    raise Failed("no prefetch on a sequential cold read")
             m["cached_after"] = cached_mib(f)
             return m
 
         slow_cases = list(cmds)
-        b.interleave(slow_cases, [no_shim, ours, big_ra], reps, one)
-        b.table(f"Cold sequential reads on the slow disk ({mib} MiB file)", slow_cases, [no_shim, ours, big_ra],
+        b.interleave(slow_cases, shims + [big_ra], reps, one)
+        b.table(f"Cold sequential reads on the slow disk ({mib} MiB file)", slow_cases, shims + [big_ra],
                 [("seconds", "seconds", "{:.2f}"), ("read_kib", "avg device read KiB", "{:.0f}"),
                  ("reads", "device reads", "{:.0f}"), ("majflt", "major faults", "{:.0f}"),
-                 ("cached_after", "MiB cached after", "{:.1f}")],
+                 ("cached_after", "MiB cached after", "{:.1f}"), ("prefetch_batches", "prefetch batches", "{:.0f}")],
                 ratio_of=["seconds", "read_kib"],
                 note="Slow disk: nbdkit memory + delay filter (2 ms per request), nbdfuse, loop device with "
-                     "direct I/O, read_ahead_kb 128 (the reference row raises it to 8192 for its run only).")
+                     f"direct I/O, read_ahead_kb {ra} (the reference row raises it to 8192 for its run only).")
         sh([SLOWDISK, "down", str(sd)], capture_output=True)
 
     # Seed 003 on the local disk: every 100th page of a 1 TB sparse file.
@@ -104,30 +115,26 @@ def run(b):
                                                            "--mode", "pread", str(sparse)],
     }
     seq = make_file(b.work / "mmap-seq-1024.bin", 1024)
-    local[f"mmap scan, cold 1024 MiB, local disk"] = [str(EXAMPLES / "mmap_scan"), str(seq)]
-    stats = b.work / "s80-stats.txt"
+    local["mmap scan, cold 1024 MiB, local disk"] = [str(EXAMPLES / "mmap_scan"), str(seq)]
 
     def one_local(case, c):
         cmd = list(local[case])
-        if c.name == madv.name:
+        if c is madv:
             if "stride-100 mmap" not in case:
                 return None
             cmd.insert(1, "--madv-random")
-        env = dict(env_of[c.name])
-        if c.name == "dropbehind":
-            stats.unlink(missing_ok=True)
-            env = stats_env(stats)
-        m, out = run_measured(cmd, env)
-        j = json.loads(out)
+        m, out = run_measured(cmd, shim_env(c, stats))
+        j = parse_json(out, os.path.basename(cmd[0]))
+        done, want = (j["bytes"], 1024 * MIB) if "scan" in case else (j["pages"], touches)
+        if done != want:
+            raise Failed(f"{os.path.basename(cmd[0])} did {done} of {want}")
         # The load's own time (the program measures it), without process start-up.
         m["seconds"] = sum(j["seconds"]) if isinstance(j["seconds"], list) else j["seconds"]
         m["majflt"] = j.get("majflt")
-        target = seq if "scan" in case else sparse
-        m["cached_after"] = cached_mib(target)
-        if c.name == "dropbehind" and stats.exists():
-            rep = stats.read_text()
-            m["prefetch_batches"] = int(rep.split("prefetched")[1].split("(")[1].split()[0])
-            m["made_random"] = int(rep.split("sequential, ")[1].split()[0])
+        m["cached_after"] = cached_mib(seq if "scan" in case else sparse)
+        if c.preload:
+            st = read_stats(stats)
+            m["prefetch_batches"], m["made_random"] = st["prefetch_batches"], st["maps_random"]
         drop_caches()
         return m
 
@@ -135,12 +142,13 @@ def run(b):
     # The pread load takes 0.08 s: many more repetitions to see a 1% difference in the noise.
     pread_case = [c for c in local_cases if "pread" in c]
     others = [c for c in local_cases if c not in pread_case]
-    b.interleave(others, [no_shim, ours, madv], b.size(5, 2), one_local)
-    b.interleave(pread_case, [no_shim, ours], b.size(31, 9), one_local)
-    b.table("Seed 003 (sparse stride-100) and a sequential mmap scan, local disk", local_cases, [no_shim, ours, madv],
+    b.interleave(others, shims + [madv], b.size(5, 2), one_local)
+    b.interleave(pread_case, shims, b.size(31, 9), one_local)
+    disk = subprocess.run(["findmnt", "-n", "-o", "SOURCE", "--target", str(b.work)], capture_output=True, text=True).stdout.strip()
+    b.table("Seed 003 (sparse stride-100) and a sequential mmap scan, local disk", local_cases, shims + [madv],
             [("seconds", "seconds", "{:.3f}"), ("majflt", "major faults", "{:.0f}"),
              ("cached_after", "MiB cached after", "{:.0f}"),
              ("prefetch_batches", "prefetch batches", "{:.0f}"), ("made_random", "mappings given MADV_RANDOM", "{:.0f}")],
             ratio_of="seconds",
-            note="Seconds: the load as timed by the program itself (start-up excluded). vda here has "
-                 "read_ahead_kb 8192: every fault on the sparse file reads megabytes of holes ahead.")
+            note=f"Seconds: the load as timed by the program itself (start-up excluded). The local disk ({disk}) had "
+                 f"read_ahead_kb {read_ahead_kb(disk)} for this run: each fault on the sparse file reads that much ahead, holes included.")
