@@ -77,6 +77,8 @@ pub struct Config {
     /// Whether file mappings get a policy (sequential scans prefetched and dropped behind,
     /// random ones spared the kernel's fault readahead).
     pub mmap: bool,
+    /// Whether small files a process streams whole count as one stream (`policy::tree`).
+    pub tree: bool,
 }
 
 /// Bounds of the drop-behind window. The upper bound keeps a stream's residency proof (see
@@ -118,6 +120,7 @@ impl Default for Config {
             },
             readahead: DEFAULT_READAHEAD,
             mmap: true,
+            tree: true,
         }
     }
 }
@@ -209,6 +212,12 @@ pub const VARIABLES: &[Variable] = &[
         accepts: "on or off (policy for file mappings)",
         default: "on",
         apply: |c, v| parse_switch(v).map(|on| c.mmap = on).is_some(),
+    },
+    Variable {
+        name: "DROPBEHIND_TREE",
+        accepts: "on or off (small files a process streams whole, as one stream)",
+        default: "on",
+        apply: |c, v| parse_switch(v).map(|on| c.tree = on).is_some(),
     },
     Variable {
         name: "DROPBEHIND_EXCLUDE",

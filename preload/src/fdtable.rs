@@ -59,6 +59,24 @@ pub struct FileState {
     /// Prefetch reach for sequential reads on this file (0: none) and bytes per call.
     pub prefetch_reach: u64,
     pub prefetch_chunk: u64,
+    /// A small file that may be part of a tree the process streams (see `engine::tree`).
+    pub small: Small,
+    /// stdio handed the program the end of the file.
+    pub stdio_eof: bool,
+    /// A small file: the end of the furthest read (read, pread, copies and sendfile).
+    pub small_read_to: u64,
+}
+
+/// What a small file is to the tree stream (`policy::tree`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Small {
+    /// Not a candidate.
+    #[default]
+    No,
+    /// Read-only, with nothing cached at its first read.
+    ColdRead,
+    /// Empty at its first write (created or truncated).
+    NewWrite,
 }
 
 pub struct Slot {
@@ -98,6 +116,9 @@ impl Slot {
                 counted_stream: false,
                 prefetch_reach: 0,
                 prefetch_chunk: 0,
+                small: Small::No,
+                stdio_eof: false,
+                small_read_to: 0,
             }),
             fast_read: AtomicHot::new(Hot::None),
             fast_read_next: AtomicU64::new(0),

@@ -14,10 +14,13 @@ pub fn snapshot(fd: i32, proof: &mut Proof, r: Range) -> bool {
 }
 
 /// Drops the runs of `r` that `proof` owns. The caller has checked that `fd` still is the
-/// file the proof is about.
-pub fn drop_proven(fd: i32, proof: &Proof, r: Range) {
+/// file the proof is about. Returns the pages released.
+pub fn drop_proven(fd: i32, proof: &Proof, r: Range) -> u64 {
+    let mut released = 0;
     for run in proof.owned_runs(r) {
         stats::DROP_CALLS.add(1);
-        stats::PAGES_RELEASED.add(sys::cache::drop_range(fd, run.start, run.len()));
+        released += sys::cache::drop_range(fd, run.start, run.len());
     }
+    stats::PAGES_RELEASED.add(released);
+    released
 }

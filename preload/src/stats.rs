@@ -42,6 +42,11 @@ pub static PREFETCH_DROPPED: Counter = Counter::new();
 pub static MAPS_TRACKED: Counter = Counter::new();
 pub static MAPS_SEQUENTIAL: Counter = Counter::new();
 pub static MAPS_RANDOM: Counter = Counter::new();
+/// Small files of a tree the process streamed, dropped at close (or after it showed bulk
+/// I/O); the bytes; how many of them were written first (written back, then dropped).
+pub static TREE_FILES: Counter = Counter::new();
+pub static TREE_BYTES: Counter = Counter::new();
+pub static TREE_WRITTEN: Counter = Counter::new();
 
 const ALL: &[&Counter] = &[
     &FILES_TRACKED,
@@ -63,6 +68,9 @@ const ALL: &[&Counter] = &[
     &MAPS_TRACKED,
     &MAPS_SEQUENTIAL,
     &MAPS_RANDOM,
+    &TREE_FILES,
+    &TREE_BYTES,
+    &TREE_WRITTEN,
 ];
 
 /// A forked child reports its own work only.
@@ -78,7 +86,7 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
         crate::dirprefetch::DIRS_WARM.load(R),
         crate::dirprefetch::INODES_WARMED.load(R),
     );
-    if FILES_TRACKED.get() + MAPS_TRACKED.get() == 0 && dirs + warm == 0 {
+    if FILES_TRACKED.get() + MAPS_TRACKED.get() + TREE_FILES.get() == 0 && dirs + warm == 0 {
         return None;
     }
     let sz = |c: &Counter| format_size(c.get());
@@ -95,7 +103,8 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
          \x20 copy calls clamped     {}\n\
          \x20 prefetched             {}  ({} batches; {} skipped, queue full)\n\
          \x20 file mappings          {}  ({} sequential, {} given MADV_RANDOM)\n\
-         \x20 directories prefetched {}  ({} inodes; {} big directories found warm)\n",
+         \x20 directories prefetched {}  ({} inodes; {} big directories found warm)\n\
+         \x20 small files dropped    {}  ({}; {} of them written back first)\n",
         FILES_TRACKED.get(),
         FILES_EXCLUDED.get(),
         READ_STREAMS.get(),
@@ -119,6 +128,9 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
         dirs,
         inodes,
         warm,
+        TREE_FILES.get(),
+        sz(&TREE_BYTES),
+        TREE_WRITTEN.get(),
     ))
 }
 

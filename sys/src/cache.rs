@@ -85,6 +85,21 @@ pub fn fadvise(fd: i32, off: u64, len: u64, advice: c_int) -> Result<(), Errno> 
     Ok(())
 }
 
+/// Drops the clean pages of the whole file (DONTNEED with length 0: to its end).
+pub fn drop_whole(fd: i32) -> Result<(), Errno> {
+    // SAFETY: kernel-checked: integers only.
+    cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_fadvise64,
+            fd,
+            0i64,
+            0i64,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    })?;
+    Ok(())
+}
+
 /// Drops the clean pages of `len` bytes at `off`. Returns the pages it released, where
 /// cachestat can tell (0 where it can't).
 pub fn drop_range(fd: i32, off: u64, len: u64) -> u64 {

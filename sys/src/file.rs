@@ -11,6 +11,7 @@ pub struct FileId {
     pub ino: u64,
     pub size: u64,
     pub mode: u32,
+    nlink: u64,
 }
 
 impl FileId {
@@ -19,6 +20,10 @@ impl FileId {
     }
     pub fn directory(&self) -> bool {
         self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+    /// Hard links: 0 once the file was deleted (an open fd keeps its space).
+    pub fn nlink(&self) -> u64 {
+        self.nlink
     }
 }
 
@@ -32,6 +37,7 @@ pub fn identify(fd: i32) -> Result<FileId, Errno> {
         ino: st.st_ino,
         size: st.st_size as u64,
         mode: st.st_mode,
+        nlink: st.st_nlink,
     })
 }
 
@@ -89,15 +95,9 @@ impl Drop for OwnFd {
 /// exec, so that the program's own next open gets the number it would have got.
 pub fn move_high(fd: i32) -> Result<OwnFd, Errno> {
     let low = OwnFd(fd);
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: own buffer: `lim` is a local.
-    let _ = cvt(|| unsafe { libc::syscall(libc::SYS_getrlimit, libc::RLIMIT_NOFILE, &mut lim) });
     // High, but not so high that the kernel grows the fd table (copied at every fork) to
     // a million slots where the soft limit is that big.
-    let floor = (lim.rlim_cur.min(1024) as i64 - 64).max(64);
+    let floor = (crate::proc::fd_limit().min(1024) as i64 - 64).max(64);
     // SAFETY: kernel-checked: integers only; `low` is our own fd.
     let high =
         cvt(|| unsafe { libc::syscall(libc::SYS_fcntl, low.raw(), libc::F_DUPFD_CLOEXEC, floor) })?;

@@ -79,6 +79,17 @@ pub fn comm(buf: &mut [u8; 32]) -> &str {
     read_small(c"/proc/self/comm", buf).map_or("", str::trim)
 }
 
+/// The soft limit on open fds (RLIMIT_NOFILE); 0 when it can't be read.
+pub fn fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: own buffer: `lim` is a local.
+    let _ = cvt(|| unsafe { libc::syscall(libc::SYS_getrlimit, libc::RLIMIT_NOFILE, &mut lim) });
+    lim.rlim_cur
+}
+
 /// This process's id.
 pub fn pid() -> i32 {
     // SAFETY: kernel-checked: getpid takes nothing and cannot fail.

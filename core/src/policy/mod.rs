@@ -7,18 +7,21 @@
 //! - `range`: byte ranges and the residency proof (what may ever be dropped);
 //! - `read`: read streams (sequential or random, drop-behind, prefetch);
 //! - `write`: write streams (windowed writeback);
-//! - `map`: sampled file mappings, fed to a read stream.
+//! - `map`: sampled file mappings, fed to a read stream;
+//! - `tree`: trees of small files, one stream per process.
 
 pub mod map;
 pub mod range;
 pub mod read;
 #[cfg(test)]
 mod sim;
+pub mod tree;
 pub mod write;
 
 pub use map::{MAP_GROWTH_LOOK, MAP_SPARSE_PERCENT, MapActions, MapClass, MapSample, MapScan};
 pub use range::{DROP_ALIGN, PAGE, PROOF_BLOCK, PROOF_CHUNK, PROOF_RING, Proof, Range};
 pub use read::{FastRead, Pattern, Prefetch, ReadActions, ReadPlan, ReadStream, read_continues};
+pub use tree::{AtClose, Bulk, Streamed, TreeParams, TreeStream};
 pub use write::{WRITEBACK_WINDOWS, WriteActions, WriteStream};
 
 use crate::units::MIB;

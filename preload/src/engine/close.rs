@@ -17,6 +17,7 @@ pub fn forget(fd: i32) {
 
 /// Before `fd` is closed: drop what its streams consumed, settle what they wrote.
 pub fn closing(fd: i32) {
+    super::tree::program_closes(fd as u32, fd as u32);
     let Some(slot) = fdtable::slot(fd) else {
         return;
     };
@@ -53,4 +54,5 @@ pub(super) fn finish_streams(eng: &Engine, fd: i32, f: &mut FileState) {
         drop_owned(fd, f, &proof, r);
     }
     finish_write(eng, fd, f);
+    super::tree::closing(eng, fd, f);
 }

@@ -3,7 +3,7 @@
 
 use super::{Engine, contained, register_report};
 use crate::config::Backend;
-use crate::fdtable::{self, Claimed, FileState, Hot, Managed};
+use crate::fdtable::{self, Claimed, FileState, Hot, Managed, Small};
 use crate::policy::{FastRead, Params, Proof, Range};
 use crate::{proof, stats, sys};
 
@@ -94,15 +94,29 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
     };
     let acc = flags & libc::O_ACCMODE;
     let writable = acc == libc::O_WRONLY || acc == libc::O_RDWR;
-    // Small files opened read-only never become streams; writable ones may grow into one.
-    let small = id.size < eng.cfg.min_size.max(1) && !writable;
-    if !id.regular() || small || flags & (libc::O_DIRECT | libc::O_PATH) != 0 {
+    if !id.regular() || flags & (libc::O_DIRECT | libc::O_PATH) != 0 {
         return ignore(c);
     }
     if excluded(eng, fd) {
         stats::FILES_EXCLUDED.add(1);
         return ignore(c);
     }
+    // Small files opened read-only never become streams of their own, but may be part of
+    // a tree the process streams; writable ones may grow into a stream.
+    let small = if writable {
+        if id.size == 0 {
+            Small::NewWrite
+        } else {
+            Small::No
+        }
+    } else if id.size < eng.cfg.min_size.max(1) {
+        match super::tree::adopt_small_read(eng, fd, id.dev, id.ino, id.size) {
+            Small::No => return ignore(c),
+            cold => cold,
+        }
+    } else {
+        Small::No
+    };
     let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
     let (prefetch_reach, prefetch_chunk) = if readable && eng.cfg.readahead > 0 {
         let (device_ra, chunk) = crate::prefetch::device(id.dev);
@@ -121,6 +135,7 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         writable,
         prefetch_reach,
         prefetch_chunk,
+        small,
         ..FileState::default()
     };
     c.set_state(Managed::Tracked);
@@ -150,7 +165,8 @@ pub(super) fn drop_owned(fd: i32, f: &FileState, proof: &Proof, r: Range) {
     if r.is_empty() || !same_file(fd, f) {
         return;
     }
-    proof::drop_proven(fd, proof, r);
+    let released = proof::drop_proven(fd, proof, r);
+    super::tree::evidence(released * crate::policy::PAGE);
 }
 
 /// A close the shim missed (raw syscall, another library) can leave a stale slot: checked

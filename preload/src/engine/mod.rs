@@ -16,6 +16,7 @@ mod files;
 mod map;
 mod read;
 mod stdio;
+mod tree;
 mod write;
 
 pub use close::{closing, closing_range, forget};
@@ -110,6 +111,7 @@ pub fn after_fork_child() {
     crate::dirprefetch::reset_counters();
     crate::prefetch::after_fork_child();
     crate::mapwatch::after_fork_child();
+    tree::after_fork_child();
     // The child inherits the parent's atexit registration along with its counters.
     stats::reset_all();
 }
@@ -118,6 +120,7 @@ pub fn after_fork_child() {
 extern "C" fn at_exit() {
     entry::inside((), || {
         crate::mapwatch::at_exit();
+        tree::at_exit();
         if let Some(cfg) = config() {
             stats::emit(&cfg.stats);
         }

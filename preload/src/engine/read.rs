@@ -7,7 +7,7 @@ use super::files::{
 use super::write::finish_write;
 use super::{Engine, contained};
 use crate::config::Backend;
-use crate::fdtable::{self, FileState, Hot, Managed, Slot};
+use crate::fdtable::{self, FileState, Hot, Managed, Slot, Small};
 use crate::policy::{Pattern, read_continues};
 use crate::{stats, sys};
 use std::sync::atomic::Ordering;
@@ -19,6 +19,8 @@ pub struct ReadTicket {
     pub dontcache: bool,
     /// Decided on the hot path: `after_read` tries the hot path too.
     fast: bool,
+    /// A small file of a tree (`Small::ColdRead`): only how far it was read counts.
+    small: bool,
     off: u64,
 }
 
@@ -60,6 +62,7 @@ pub(super) fn fast_read_ticket(slot: &Slot, off: Option<u64>) -> Option<ReadTick
         tracked: true,
         dontcache: mode == Hot::SequentialUncached,
         fast: true,
+        small: false,
         off,
     })
 }
@@ -71,6 +74,15 @@ pub(super) fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
             return ReadTicket::default();
         };
         let f = c.file();
+        if f.small == Small::ColdRead {
+            let off = off.unwrap_or_else(|| sys::file::position(fd).unwrap_or(u64::MAX));
+            return ReadTicket {
+                tracked: true,
+                small: true,
+                off,
+                ..ReadTicket::default()
+            };
+        }
         if !f.readable || f.size_at_open < eng.cfg.min_size.max(1) {
             return ReadTicket::default();
         }
@@ -89,6 +101,7 @@ pub(super) fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
             tracked: true,
             dontcache,
             fast: false,
+            small: false,
             off,
         }
     })
@@ -122,6 +135,11 @@ pub(super) fn slow_after_read(fd: i32, t: ReadTicket, asked: usize, ret: isize) 
         let Some(mut c) = claim_tracked(eng, fd) else {
             return;
         };
+        if t.small {
+            let f = c.file();
+            f.small_read_to = f.small_read_to.max(t.off.saturating_add(ret as u64));
+            return;
+        }
         read_event(
             eng,
             fd,

@@ -36,6 +36,7 @@ pub fn stdio_before_read(fd: i32) {
 pub fn stdio_after_read(fd: i32, n: u64, eof: bool) {
     with_file(fd, Scope::Tracked, |eng, c| {
         let f = c.file();
+        f.stdio_eof |= eof;
         if !f.readable || f.size_at_open < eng.cfg.min_size.max(1) {
             return;
         }

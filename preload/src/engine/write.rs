@@ -108,6 +108,7 @@ pub(super) fn slow_after_write(fd: i32, t: WriteTicket, ret: isize) {
         };
         write_event(eng, fd, c.file(), t.off, ret as u64);
         publish(eng, fd, &mut c);
+        super::tree::writing();
     })
 }
 
