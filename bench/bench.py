@@ -270,6 +270,27 @@ def read_stats(path):
     return {k: sum(int(n) for n in re.findall(rx, text, re.M)) for k, rx in STATS.items()}
 
 
+def make_tree(root, files, kib, dirs):
+    """`files` files of `kib` KiB of random bytes over `dirs` directories, made once."""
+    root = Path(root)
+    done = root.with_name(root.name + ".complete")
+    if done.exists():
+        return root
+    for i in range(files):
+        sub = root / f"d{i % dirs:03}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i:06}").write_bytes(os.urandom(kib * 1024))
+    os.sync()
+    done.write_text("")
+    return root
+
+
+def same_tree(a, b):
+    out = subprocess.run(["diff", "-rq", str(a), str(b)], capture_output=True)
+    if out.returncode != 0:
+        raise Failed(f"{Path(b).name} differs from {Path(a).name}: {out.stdout[:200]!r}")
+
+
 class Contender:
     """How to run a command under one contender. wrap(case, cmd) gives the command, or None
     when the contender does not apply to that case; env holds variables it adds; preload is

@@ -5,25 +5,10 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from bench import MIB, Cgroup, Failed, drop_caches, run_checked
+from bench import MIB, Cgroup, Failed, drop_caches, make_tree, run_checked, same_tree
 
 TITLE = "Trees of small files"
 ORDER = 25
-
-
-def make_tree(root, files, kib, dirs):
-    """`files` files of `kib` KiB of random bytes over `dirs` directories, made once."""
-    root = Path(root)
-    done = root.with_name(root.name + ".complete")
-    if done.exists():
-        return root
-    for i in range(files):
-        sub = root / f"d{i % dirs:03}"
-        sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"f{i:06}").write_bytes(os.urandom(kib * 1024))
-    os.sync()
-    done.write_text("")
-    return root
 
 
 def tree_cached_mib(root):
@@ -60,12 +45,6 @@ class CacheSampler:
     def __exit__(self, *a):
         self.stop.set()
         self.t.join()
-
-
-def same_tree(a, b):
-    out = subprocess.run(["diff", "-rq", str(a), str(b)], capture_output=True)
-    if out.returncode != 0:
-        raise Failed(f"{Path(b).name} differs from {Path(a).name}: {out.stdout[:200]!r}")
 
 
 def run(b):

@@ -1,7 +1,8 @@
 """Seed 000 (2007 drop-behind thread): a working set warmed by two mmap scans must survive a
 streaming read AND a streaming copy of a file twice the memory cgroup's size."""
+import subprocess
 from subprocess import DEVNULL, PIPE
-from bench import EXAMPLES, MIB, Cgroup, Contender, DamonPaused, cached_mib, digest, drop_caches, make_file, parse_json, same_bytes, same_tar_member
+from bench import EXAMPLES, MIB, Cgroup, Contender, DamonPaused, cached_mib, digest, drop_caches, make_file, make_tree, parse_json, same_bytes, same_tar_member, same_tree
 
 TITLE = "Hot working set vs a big streaming read or copy (seed 000)"
 ORDER = 30
@@ -15,6 +16,8 @@ def run(b):
     big_dir, big = b.source_file(big_mib, "hot-src")
     dst = b.work / "hot-dst"
     scan = [str(EXAMPLES / "mmap_scan"), str(ws)]
+    # A tree of small files as big as the file (the tree scenario's 256 KiB one, s25).
+    tree = make_tree(b.work / f"tree-{b.size(4000, 400)}x256k", b.size(4000, 400), 256, 40)
 
     # Each case: the command, what it must print, and the check of its copy (made after the
     # measurement, which it would disturb).
@@ -29,9 +32,12 @@ def run(b):
         "rsync (copy)": (["rsync", str(big), str(dst)], None, copied),
         "python3 shutil.copyfile (copy)": (["python3", "-c", "import shutil,sys; shutil.copyfile(*sys.argv[1:])", str(big), str(dst)],
                                            None, copied),
+        "cp -r (tree copy)": (["cp", "-r", str(tree), str(dst)], None, lambda: same_tree(tree, dst)),
+        "rsync -a (tree copy)": (["rsync", "-a", f"{tree}/", f"{dst}/"], None, lambda: same_tree(tree, dst)),
+        "tar cf (tree copy)": (["tar", "cf", str(dst), "-C", str(tree), "."], None, None),
     }
     if b.quick:
-        cases = {k: v for k, v in cases.items() if k in ("cat (read)", "cp (copy)", "python3 shutil.copyfile (copy)")}
+        cases = {k: v for k, v in cases.items() if k in ("cat (read)", "cp (copy)", "python3 shutil.copyfile (copy)", "cp -r (tree copy)")}
     # The control runs no aggressor, only a pause: a fresh scan of a cached set is slower after
     # a few idle seconds than right after warming (CPU caches), so re-scans compare to it.
     control = Contender("idle pause (control)", lambda case, cmd: ["sleep", "3"])
@@ -44,9 +50,11 @@ def run(b):
             raise RuntimeError(f"mmap_scan scanned {j['bytes']} bytes of {ws_mib * MIB}")
         return j["seconds"][0]
 
+    def clean():
+        subprocess.run(["rm", "-rf", str(dst)], check=True)
+
     def one(case, c):
-        if dst.exists():
-            dst.unlink()
+        clean()
         drop_caches()
         cmd, out, check = cases[case]
         if c is control:
@@ -68,7 +76,8 @@ def run(b):
     with DamonPaused() as damon:
         b.interleave(list(cases), conts, b.size(2, 1), one)
     b.table(
-        f"{ws_mib} MiB working set (two mmap scans) in a {limit} MiB memory cgroup, then a {big_mib} MiB file read or copied",
+        f"{ws_mib} MiB working set (two mmap scans) in a {limit} MiB memory cgroup, then a {big_mib} MiB file, "
+        f"or a tree of {b.size(4000, 400)} files of 256 KiB, read or copied",
         list(cases), conts,
         [("kept_pct", "working set still cached, %", "{:.1f}"), ("warm", "warm scan, s", "{:.3f}"),
          ("rescan", "re-scan after, s", "{:.3f}"), ("rescan_ratio", "re-scan / warm", "{:.2f}"),
@@ -76,5 +85,4 @@ def run(b):
         note=("DAMON's background pageout was paused for these runs (it reclaims from idle warm sets). " if damon.paused else "")
              + "The control runs no read or copy: the set is warmed, left idle for 3 s, and re-scanned.",
     )
-    if dst.exists():
-        dst.unlink()
+    clean()

@@ -139,8 +139,11 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         ..FileState::default()
     };
     c.set_state(Managed::Tracked);
-    stats::FILES_TRACKED.add(1);
-    register_report();
+    // A small file of a tree is counted, and the report registered, when it is dropped.
+    if small != Small::ColdRead {
+        stats::FILES_TRACKED.add(1);
+        register_report();
+    }
 }
 
 /// DROPBEHIND_EXCLUDE: globs matched against the fd's absolute path (fnmatch without

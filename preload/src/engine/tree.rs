@@ -326,6 +326,7 @@ fn drop_read(fd: i32, bytes: u64) {
     if sys::cache::drop_whole(fd).is_ok() {
         stats::TREE_FILES.add(1);
         stats::TREE_BYTES.add(bytes);
+        super::register_report();
     }
 }
 
@@ -463,6 +464,7 @@ fn settle_oldest(t: &mut State, wait: Wait) -> bool {
         stats::TREE_FILES.add(1);
         stats::TREE_WRITTEN.add(1);
         stats::TREE_BYTES.add(h.bytes);
+        super::register_report();
     }
     release(t, i);
     true
