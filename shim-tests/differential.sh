@@ -45,7 +45,8 @@ mkdir -p "$HOME"
 run_once() {
     local out=$1 pre=$2 cmd=$3
     rm -rf "$W/run"; mkdir -p "$W/run" "$out"
-    (cd "$W/run" && env ${pre:+LD_PRELOAD=$pre} timeout 300 bash -c "$cmd" >"$out/stdout" 2>"$out/stderr"; echo $? >"$out/rc")
+    local shim=(); [ -z "$pre" ] || shim=("${SHIM[@]}")
+    (cd "$W/run" && timeout 300 "${shim[@]}" bash -c "$cmd" >"$out/stdout" 2>"$out/stderr"; echo $? >"$out/rc")
     (cd "$W/run" && find . -type f -print0 | sort -z | xargs -0 -r sha256sum) >"$out/files"
     (cd "$W/run" && find . -printf '%y %s %p\n' | sort) >"$out/tree"
 }

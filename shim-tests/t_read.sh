@@ -55,7 +55,10 @@ for i in $(seq 0 15); do dd if="$F" of=/dev/null bs=1M skip=$((i * 16)) count=1 
 before=$(cached_kib "$F")
 shim sha256sum "$F" >/dev/null
 after=$(cached_kib "$F")
-check "scattered pages cached before survive ($after of $before KiB)" [ "$after" -ge $((before * 99 / 100)) ]
+# Each 1 MiB region may keep the 64 KiB chunks at its edges and the readahead past its end.
+bound=$((before + 16 * 512 + 1024))
+check "scattered pages cached before survive, the rest dropped ($after of $before KiB; at most $bound)" \
+    '[ "$after" -ge $((before * 99 / 100)) ] && [ "$after" -le $bound ]'
 
 # Peak memory-cgroup usage of a cold read.
 if have_cgroup; then
@@ -64,7 +67,7 @@ if have_cgroup; then
         sync; echo 3 >/proc/sys/vm/drop_caches
         plain=$( { peak_mib bash -c "$cmd" >/dev/null; } 3>&1 )
         sync; echo 3 >/proc/sys/vm/drop_caches
-        shimmed=$( { peak_mib env LD_PRELOAD="$LIB" bash -c "$cmd" >/dev/null; } 3>&1 )
+        shimmed=$( { peak_mib "${SHIM[@]}" bash -c "$cmd" >/dev/null; } 3>&1 )
         check "$name: cgroup peak $shimmed MiB with the shim (plain: $plain MiB), at most 64" [ "$shimmed" -le 64 ]
     done
 else
@@ -75,7 +78,7 @@ fi
 if is_root && command -v setpriv >/dev/null; then
     chmod 755 "$d"; chmod 644 "$F"; evict "$F"
     want=$(sha256sum <"$F"); evict "$F"
-    got=$(setpriv --reuid=nobody --regid=nogroup --clear-groups env LD_PRELOAD="$LIB" cat "$F" | sha256sum)
+    got=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "${SHIM[@]}" cat "$F" | sha256sum)
     check "unprovable file (read as nobody): output identical" [ "$want" = "$got" ]
     kib=$(cached_kib "$F")
     check "unprovable file: RWF_DONTCACHE leaves at most 4 MiB ($kib KiB)" [ "$kib" -le 4096 ]
