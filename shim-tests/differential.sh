@@ -91,6 +91,11 @@ for corpus in "$ROOT"/shim-tests/corpus/*.txt; do
             continue
         fi
         plain_kib=$(cat "$W/a/fixtures_kib")
+        # Another process dropping the caches (other tests on the machine do) between the run
+        # and the measurement would misjudge the tag: a mismatch is measured once more.
+        if { [ -n "$tagged" ] && [ "$plain_kib" -lt 1024 ]; } || { [ -z "$tagged" ] && [ "$plain_kib" -ge 1024 ]; }; then
+            run_once "$W/a" "" "$cmd"; plain_kib=$(cat "$W/a/fixtures_kib")
+        fi
         if [ -n "$tagged" ] && [ "$plain_kib" -lt 1024 ]; then
             fail "$name: tagged [big], but brought only $plain_kib KiB of the fixtures into the cache"
         elif [ -z "$tagged" ] && [ "$plain_kib" -ge 1024 ]; then
@@ -118,7 +123,7 @@ for corpus in "$ROOT"/shim-tests/corpus/*.txt; do
                 if [ "$r" -gt 0 ]; then big_auto=$((big_auto + 1)); else not_released+=("$name"); fi
                 [ -z "$halved" ] || kept_auto=$((kept_auto + 1))
             else
-                [ "$r" -gt 0 ] || [ "$u" -gt 0 ] && big_dc=$((big_dc + 1))
+                if [ "$r" -gt 0 ] || [ "$u" -gt 0 ]; then big_dc=$((big_dc + 1)); fi
                 if [ -n "$halved" ]; then kept_dc=$((kept_dc + 1)); else dc_kept+=("$name ($fk of $plain_kib KiB)"); fi
             fi
         done
