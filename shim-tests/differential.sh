@@ -49,8 +49,11 @@ fixtures=()
 while IFS= read -r -d '' f; do fixtures+=("$f"); done < <(find "$FX" -type f -print0)
 
 # run_once OUTDIR BACKEND CMD: evict the fixtures, run CMD in a fresh $W/run (BACKEND "":
-# without the shim; else with it, its report in OUTDIR/report), record what can be observed.
-run_once() {
+# without the shim; else with it, its report in OUTDIR/report), record what can be observed,
+# fixture residency included; again (see undisturbed in lib.sh) if another process dropped
+# the caches meanwhile.
+run_once() { undisturbed run_measured "$@"; }
+run_measured() {
     local out=$1 backend=$2 cmd=$3
     rm -rf "$W/run" "$out"; mkdir -p "$W/run" "$out"
     evict "${fixtures[@]}"
@@ -91,11 +94,6 @@ for corpus in "$ROOT"/shim-tests/corpus/*.txt; do
             continue
         fi
         plain_kib=$(cat "$W/a/fixtures_kib")
-        # Another process dropping the caches (other tests on the machine do) between the run
-        # and the measurement would misjudge the tag: a mismatch is measured once more.
-        if { [ -n "$tagged" ] && [ "$plain_kib" -lt 1024 ]; } || { [ -z "$tagged" ] && [ "$plain_kib" -ge 1024 ]; }; then
-            run_once "$W/a" "" "$cmd"; plain_kib=$(cat "$W/a/fixtures_kib")
-        fi
         if [ -n "$tagged" ] && [ "$plain_kib" -lt 1024 ]; then
             fail "$name: tagged [big], but brought only $plain_kib KiB of the fixtures into the cache"
         elif [ -z "$tagged" ] && [ "$plain_kib" -ge 1024 ]; then

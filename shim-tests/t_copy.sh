@@ -27,20 +27,21 @@ for c in "${copiers[@]}"; do
     if ! have "$tool"; then skip "$name: $tool missing"; continue; fi
     rm -f "$d/out"; evict "$F"
     bash -c "$cmd"; want=$(sha256sum <"$d/out")
-    rm -f "$d/out"; evict "$F"
-    sync
-    peak=
-    if have_cgroup; then
-        echo 3 >/proc/sys/vm/drop_caches
-        # Residency is read while the group still exists (closing it may reclaim its pages).
-        cg=$(cg_new)
-        cg_run "$cg" "${SHIM[@]}" bash -c "$cmd" && peak=$(cg_peak_mib "$cg") || peak=none
-        src_kib=$(cached_kib "$F"); dst_kib=$(cached_kib "$d/out")
-        cg_close "$cg"
-    else
-        shim bash -c "$cmd"
-        src_kib=$(cached_kib "$F"); dst_kib=$(cached_kib "$d/out")
-    fi
+    shimmed_copy() {
+        rm -f "$d/out"; evict "$F"; sync
+        peak=
+        if have_cgroup; then
+            # Residency is read while the group still exists (closing it may reclaim its pages).
+            cg=$(cg_new)
+            cg_run "$cg" "${SHIM[@]}" bash -c "$cmd" && peak=$(cg_peak_mib "$cg") || peak=none
+            src_kib=$(cached_kib "$F"); dst_kib=$(cached_kib "$d/out")
+            cg_close "$cg"
+        else
+            shim bash -c "$cmd"
+            src_kib=$(cached_kib "$F"); dst_kib=$(cached_kib "$d/out")
+        fi
+    }
+    undisturbed shimmed_copy
     got=$(sha256sum <"$d/out")
     check "$name: destination identical" [ "$want" = "$got" ]
     [ "${name#tar}" != "$name" ] || check "$name: destination equals source" [ "$got" = "$sum" ]

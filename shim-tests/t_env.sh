@@ -69,8 +69,8 @@ check "dynamic binary: no warning" [ ! -s "$d/err" ]
 check "stat of a directory: exit 1, says so (exit $rc)" '[ $rc = 1 ] && grep -q "is a directory" "$d/err"'
 "$LAUNCHER" stat "$d/missing" >/dev/null 2>"$d/err"; rc=$?
 check "stat of a missing file: exit 1 naming it (exit $rc)" '[ $rc = 1 ] && grep -q "missing" "$d/err"'
-evict "$d/f"; warm "$d/f" 4
-out=$("$LAUNCHER" stat --json "$d/f")
+warm4() { evict "$d/f"; warm "$d/f" 4; out=$("$LAUNCHER" stat --json "$d/f"); }
+undisturbed warm4
 check "stat --json counts cached pages (4 MiB warmed: $out)" python3 -c 'import json,sys; r=json.loads(sys.argv[1])[0]; assert 1024 <= r["cached_pages"] <= 2048, r' "$out"
 "$LAUNCHER" stat "$d/f" | grep -q "$d/f"
 check "stat table names the file" [ $? = 0 ]
@@ -84,17 +84,13 @@ DROPBEHIND_STATS="$d/report.txt" shim cat "$d/f" >/dev/null 2>"$d/err"
 check "DROPBEHIND_STATS=FILE: report in the file, nothing on stderr" 'grep -q "streams" "$d/report.txt" && [ ! -s "$d/err" ]'
 
 # Exclusion: an excluded file keeps its pages.
-evict "$d/f"
-DROPBEHIND_EXCLUDE="$d/*" shim cat "$d/f" >/dev/null
-kib=$(cached_kib "$d/f")
+# cat_kib SETTING...: cached KiB of the cold file after a shimmed cat with those settings.
+cat_kib() { evict "$d/f"; env "$@" "${SHIM[@]}" cat "$d/f" >/dev/null; kib=$(cached_kib "$d/f"); }
+undisturbed cat_kib DROPBEHIND_EXCLUDE="$d/*"
 check "DROPBEHIND_EXCLUDE leaves the file alone ($kib KiB cached)" [ "$kib" -ge 8000 ]
-evict "$d/f"
-DROPBEHIND_EXCLUDE="/nonexistent:$d" shim cat "$d/f" >/dev/null
-kib=$(cached_kib "$d/f")
+undisturbed cat_kib DROPBEHIND_EXCLUDE="/nonexistent:$d"
 check "DROPBEHIND_EXCLUDE with a directory prefix leaves the file alone ($kib KiB cached)" [ "$kib" -ge 8000 ]
-evict "$d/f"
-DROPBEHIND_MIN_SIZE=0 DROPBEHIND_BACKEND=off shim cat "$d/f" >/dev/null
-kib=$(cached_kib "$d/f")
+undisturbed cat_kib DROPBEHIND_MIN_SIZE=0 DROPBEHIND_BACKEND=off
 check "DROPBEHIND_BACKEND=off changes nothing ($kib KiB cached)" [ "$kib" -ge 8000 ]
 
 # make install: the launcher finds the library under ../lib of its own path.

@@ -27,12 +27,15 @@ a=os.open(sys.argv[1],os.O_RDONLY); b=os.open(sys.argv[2],os.O_WRONLY|os.O_CREAT
 while (x:=os.read(a,1<<20)): os.write(b,x)
 ' $d/f $d/c3; cmp $d/f $d/c3 && echo same"
 # fds beyond the table (4096 and up) pass through untouched: the file stays cached.
-evict "$d/f"
-out=$(ulimit -n 8192 && shim python3 -c 'import os,sys,hashlib
+fd5000() {
+    evict "$d/f"
+    out=$(ulimit -n 8192 && shim python3 -c 'import os,sys,hashlib
 fd=os.open(sys.argv[1],os.O_RDONLY); os.dup2(fd,5000); os.close(fd); h=hashlib.sha256()
 while (b:=os.read(5000,1<<20)): h.update(b)
 print(h.hexdigest()+"  -")' "$d/f")
-kib=$(cached_kib "$d/f")
+    kib=$(cached_kib "$d/f")
+}
+undisturbed fd5000
 check "fd 5000 (beyond the table): output unchanged, nothing dropped ($kib KiB cached)" '[ "$out" = "$want" ] && [ "$kib" -ge 32000 ]'
 out=$(env LD_PRELOAD="$LIB:$LIB" "${FORCE[@]}" sha256sum <"$d/f" 2>&1)  # own preload: named twice
 check "LD_PRELOAD naming the library twice: output unchanged" [ "$out" = "$want" ]
