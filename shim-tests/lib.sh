@@ -64,12 +64,13 @@ cached_kib() {
 # warm FILE MiB: read the first MiB of FILE into the cache.
 warm() { dd if="$1" of=/dev/null bs=1M count="$2" status=none; }
 
-# undisturbed FUNC [ARG...]: runs FUNC (a run and its residency or cgroup readings) again,
-# up to 3 times in all, while another process dropped the page cache meanwhile (other tests
-# on the machine run `echo 3 >drop_caches`): that would empty what a check is about to read
-# and make "pages kept" fail or "pages dropped" pass whatever the shim did. Detected with a
-# canary file cached before FUNC and still cached after it. A FUNC that drops the caches
-# itself calls canary_arm afterwards.
+# undisturbed FUNC [ARG...]: runs FUNC (a run and its residency or cgroup readings) again
+# while another process dropped the page cache meanwhile (other tests on the machine run
+# `echo 3 >drop_caches`, at times every few seconds): that would empty what a check is about
+# to read and make "pages kept" fail or "pages dropped" pass whatever the shim did. Detected
+# with a canary file cached before FUNC and still cached after it. Up to 6 tries, pausing
+# longer between them to let a burst of drops pass; then the check reads what it got (said
+# on stderr). A FUNC that drops the caches itself calls canary_arm afterwards.
 CANARY=${DROPBEHIND_TEST_DIR:-$ROOT/target/shim-tests}/canary
 canary_arm() {
     [ -s "$CANARY" ] || { mkdir -p "$(dirname "$CANARY")"; head -c $MiB /dev/urandom >"$CANARY"; }
@@ -78,13 +79,14 @@ canary_arm() {
 canary_intact() { [ "$(cached_kib "$CANARY")" -ge 1024 ]; }
 undisturbed() {
     local try
-    for try in 1 2 3; do
+    for try in 1 2 3 4 5 6; do
         canary_arm
         "$@"
         canary_intact && return 0
-        echo "# $1: the page cache was dropped by another process meanwhile; measuring again" >&2
+        echo "# $1: the page cache was dropped by another process meanwhile (try $try)" >&2
+        [ $try = 6 ] || sleep $((try * 2))
     done
-    echo "# $1: disturbed 3 times; the check below reads a disturbed measurement" >&2
+    echo "# $1: disturbed 6 times; the check below reads a disturbed measurement" >&2
 }
 
 # Memory cgroups (v1). cg_new prints a fresh group's path; cg_run CG CMD... runs CMD inside
