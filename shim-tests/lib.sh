@@ -10,10 +10,23 @@ MiB=1048576
 ok()   { echo "ok   - $*"; echo ok >>"$RESULTS"; }
 fail() { echo "FAIL - $*"; echo fail >>"$RESULTS"; }
 skip() { echo "skip - $*"; echo skip >>"$RESULTS"; }
-check() { # check DESCRIPTION CONDITION...
-    local what=$1; shift
-    if "$@"; then ok "$what"; else fail "$what"; fi
+# check DESCRIPTION COMMAND [ARG...]: ok when the one simple command succeeds.
+# check DESCRIPTION 'CONDITION': one argument is shell code, evaluated whole (eval) with the
+#   caller's variables, for conditions of several parts: '[ "$a" = "$b" ] && [ $rc = 0 ]'.
+#   (It sees the caller's variables, not its positional parameters: copy $1 to a local.)
+# Never `check DESC [ A ] && [ B ]`: bash reads that as `(check DESC [ A ]) && [ B ]`, so ok
+# or fail comes from A alone; lint.sh refuses it.
+check() {
+    local check_desc_=$1; shift
+    if [ $# = 0 ]; then fail "$check_desc_ (check given no condition)"; return; fi
+    if [ $# = 1 ]; then
+        if eval "$1"; then ok "$check_desc_"; else fail "$check_desc_"; fi
+    elif "$@"; then ok "$check_desc_"; else fail "$check_desc_"; fi
 }
+
+# have CMD...: true when every command exists; otherwise prints nothing and returns false,
+# for `have rsync || { skip "...: rsync missing"; ...; }`.
+have() { local c; for c in "$@"; do command -v "$c" >/dev/null || return 1; done; }
 
 is_root() { [ "$(id -u)" = 0 ]; }
 have_cgroup() { is_root && [ -w /sys/fs/cgroup/memory ]; }
@@ -51,16 +64,79 @@ cached_kib() {
 # warm FILE MiB: read the first MiB of FILE into the cache.
 warm() { dd if="$1" of=/dev/null bs=1M count="$2" status=none; }
 
-# peak_mib CMD...: run CMD in a fresh memory cgroup (v1), print its peak usage in MiB on
-# fd 3. The command's own stdout/stderr pass through.
-peak_mib() {
-    local cg=/sys/fs/cgroup/memory/dropbehind_test_$$_$RANDOM rc
-    mkdir "$cg"
-    bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" "$@"
+# undisturbed FUNC [ARG...]: runs FUNC (a run and its residency or cgroup readings) again
+# while another process dropped the page cache meanwhile (other tests on the machine run
+# `echo 3 >drop_caches`, at times every few seconds): that would empty what a check is about
+# to read and make "pages kept" fail or "pages dropped" pass whatever the shim did. Detected
+# with a canary file cached before FUNC and still cached after it. Up to 6 tries, pausing
+# longer between them to let a burst of drops pass; then the check reads what it got (said
+# on stderr). A FUNC that drops the caches itself calls canary_arm afterwards.
+CANARY=${DROPBEHIND_TEST_DIR:-$ROOT/target/shim-tests}/canary
+canary_arm() {
+    [ -s "$CANARY" ] || { mkdir -p "$(dirname "$CANARY")"; head -c $MiB /dev/urandom >"$CANARY"; }
+    cat "$CANARY" >/dev/null
+}
+canary_intact() { [ "$(cached_kib "$CANARY")" -ge 1024 ]; }
+undisturbed() {
+    local try
+    for try in 1 2 3 4 5 6; do
+        canary_arm
+        "$@"
+        canary_intact && return 0
+        echo "# $1: the page cache was dropped by another process meanwhile (try $try)" >&2
+        [ $try = 6 ] || sleep $((try * 2))
+    done
+    echo "# $1: disturbed 6 times; the check below reads a disturbed measurement" >&2
+}
+
+# Memory cgroups (v1). cg_new prints a fresh group's path; cg_run CG CMD... runs CMD inside
+# it and fails loudly (a `fail` line, exit 125, CMD not run) when the process did not land
+# in the group, so a measurement never silently comes from outside; cg_peak_mib CG prints
+# its peak usage; cg_close CG removes it. Measure residency before cg_close.
+cg_new() {
+    local cg=/sys/fs/cgroup/memory/dropbehind_test_$$_$RANDOM
+    mkdir "$cg" && echo "$cg"
+}
+cg_run() {
+    local cg=$1 joined rc; shift
+    joined=$(mktemp)
+    bash -c 'echo $$ 2>/dev/null >"$1/cgroup.procs" &&
+        grep -qx "[0-9]*:memory:${1#/sys/fs/cgroup/memory}" /proc/self/cgroup || exit 125
+        echo yes >"$2"; shift 2; exec "$@"' _ "$cg" "$joined" "$@"
     rc=$?
-    echo $(($(cat "$cg/memory.max_usage_in_bytes") / MiB)) >&3
-    for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$cg" 2>/dev/null && break; sleep 0.2; done
+    if [ "$(cat "$joined")" != yes ]; then
+        fail "cgroup: the command did not run inside $cg ($*): no measurement" >&2
+        rc=125
+    fi
+    rm -f "$joined"
+    return $rc
+}
+cg_peak_mib() { echo $(($(cat "$1/memory.max_usage_in_bytes") / MiB)); }
+cg_close() {
+    local cg=$1
+    for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$cg" 2>/dev/null && return; sleep 0.2; done
+    echo "warning: $cg not removed" >&2
+}
+
+# peak_mib CMD...: run CMD in a fresh memory cgroup, print its peak usage in MiB on fd 3
+# ("none" when it could not run inside the group: a numeric check on it then fails).
+# The command's own stdout/stderr pass through.
+peak_mib() {
+    local cg rc
+    cg=$(cg_new) || { fail "cgroup: cannot create a memory cgroup" >&2; echo none >&3; return 125; }
+    cg_run "$cg" "$@"; rc=$?
+    if [ $rc = 125 ]; then echo none >&3; else cg_peak_mib "$cg" >&3; fi
+    cg_close "$cg"
     return $rc
 }
 
-shim() { env LD_PRELOAD="$LIB" "$@"; }
+# shim CMD...: CMD with the library preloaded; settings go before it, as
+# `DROPBEHIND_STATS=$d/s shim cat f` (never `shim env VAR=...`: lint.sh refuses it), so that
+# DROPBEHIND_TEST_FORCE comes last and wins. "${SHIM[@]}" is the same as a command prefix,
+# for wrappers that exec (strace, setpriv, timeout, cgroups).
+# DROPBEHIND_TEST_FORCE='VAR=VALUE ...' (space-separated, no spaces in values) overrides any
+# setting a test makes for its own runs: mutations.sh uses it to turn one feature off in every
+# test, e.g. DROPBEHIND_TEST_FORCE='DROPBEHIND_BACKEND=off'.
+read -r -a FORCE <<<"${DROPBEHIND_TEST_FORCE:-}"
+SHIM=(env "LD_PRELOAD=$LIB" "${FORCE[@]}")
+shim() { "${SHIM[@]}" "$@"; }

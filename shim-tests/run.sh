@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Runs every shim-tests/t_*.sh (or those named), then prints "N passed, N failed, N skipped".
+# Runs lint.sh, then every shim-tests/t_*.sh (or those named), then prints "N passed, N
+# failed, N skipped". A lint failure stops the run: a check that tests only part of its
+# condition is not worth running.
+# Environment: DROPBEHIND_TEST_LIB (the library to preload), DROPBEHIND_TEST_LAUNCHER,
+# DROPBEHIND_TEST_FORCE (settings that override every test's own, see lib.sh), and
+# DROPBEHIND_TEST_DIR (scratch space; not tmpfs).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+echo "# lint.sh"
+"$here/lint.sh" || { echo "lint failed: no test run"; exit 1; }
 export RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
 tests=("$@")
