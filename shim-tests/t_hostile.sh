@@ -26,6 +26,15 @@ for fd in (0,1,2): os.close(fd)
 a=os.open(sys.argv[1],os.O_RDONLY); b=os.open(sys.argv[2],os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o644)
 while (x:=os.read(a,1<<20)): os.write(b,x)
 ' $d/f $d/c3; cmp $d/f $d/c3 && echo same"
+# The unwinder is loaded on first use (preload/src/unwind.rs): a thread cancelled inside a
+# hooked read still unwinds through the hook and runs its cleanup handler.
+if command -v cc >/dev/null && cc -O2 -pthread -o "$d/cancel" "$ROOT/shim-tests/helpers/cancel.c"; then
+    a=$("$d/cancel" 2>&1); b=$(shim "$d/cancel" 2>&1)
+    check "thread cancelled in read: unwinds through the hook ($b)" \
+        bash -c '[ "$1" = "$2" ] && [ "$2" = "cancelled 1, cleanup 1" ]' _ "$a" "$b"
+else
+    skip "thread cancelled in read: no C compiler"
+fi
 # fds beyond the table (4096 and up) pass through untouched: the file stays cached.
 fd5000() {
     evict "$d/f"

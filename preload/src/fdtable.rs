@@ -5,11 +5,13 @@
 //! slot's streams. A hook that finds the slot claimed (another thread, or a signal handler
 //! interrupting this one) skips its hint: nobody ever waits, so the table cannot deadlock,
 //! and the worst a lost race costs is one hint. The table is zero-initialised (it lives in
-//! .bss: untouched slots cost no memory).
+//! .bss: untouched slots cost no memory), and the loops over it (fork, close_range,
+//! sandboxing) stop at the highest slot ever claimed, so they touch no more of it than the
+//! program's own fds did.
 
 use crate::policy::{ReadStream, WriteStream};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 /// fds at or above this pass straight through.
 pub const MAX_FDS: usize = 4096;
@@ -132,6 +134,11 @@ impl Slot {
 
 static SLOTS: [Slot; MAX_FDS] = [const { Slot::new() }; MAX_FDS];
 
+/// One past the highest slot ever claimed. Only a claim holder moves a slot away from its
+/// initial state (UNKNOWN, no hot path, unclaimed), so every slot from here on is still in
+/// it, untouched: a loop over the whole table (4 MiB) would fault every page in.
+static USED: AtomicUsize = AtomicUsize::new(0);
+
 pub fn slot(fd: i32) -> Option<&'static Slot> {
     SLOTS.get(usize::try_from(fd).ok()?)
 }
@@ -184,22 +191,33 @@ impl Slot {
     }
 
     pub fn try_claim(&'static self) -> Option<Claimed> {
+        // SAFETY: every `Slot` is an element of SLOTS (`new` is private and the only
+        // `&'static Slot`s are handed out by `slot` and `used`), so both pointers are into
+        // the same array and the distance is a whole number of elements.
+        let i = unsafe { (self as *const Slot).offset_from(SLOTS.as_ptr()) } as usize;
+        if USED.load(Ordering::Relaxed) <= i {
+            USED.fetch_max(i + 1, Ordering::Relaxed);
+        }
+        // Release: a child forked after this claim sees USED cover it.
         self.claim
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
             .ok()
             .map(|_| Claimed { slot: self })
     }
 }
 
-/// Every slot, for close_range and fork.
-pub fn all() -> &'static [Slot] {
-    &SLOTS
+/// Every slot that may not be in its initial state, for close_range and sandboxing.
+pub fn used() -> &'static [Slot] {
+    &SLOTS[..USED.load(Ordering::Acquire).min(MAX_FDS)]
 }
 
 /// In a child after fork, only the forking thread exists: claims held by others are void.
+/// Only claimed slots are written: the child's copy of the others stays shared.
 pub fn release_all_claims() {
-    for s in SLOTS.iter() {
-        s.claim.store(false, Ordering::Relaxed);
+    for s in used() {
+        if s.claim.load(Ordering::Relaxed) {
+            s.claim.store(false, Ordering::Relaxed);
+        }
     }
 }
 

@@ -10,7 +10,8 @@
 //! - `helpers`: the shim's threads, with one lifecycle: `prefetch` (readahead for read
 //!   streams), `mapwatch` (samples big file mappings), `dirprefetch` (inodes of big cold
 //!   directories);
-//! - `stats` and `log`: the exit report and the opt-in log.
+//! - `stats` and `log`: the exit report and the opt-in log;
+//! - `unwind`: the unwinder (libgcc_s), loaded on the first panic instead of at start.
 
 // The unit-test build leaves the hooks out (see below), and with them the only callers of
 // much of the engine.
@@ -30,6 +31,10 @@ mod fdtable;
 mod helpers;
 mod proof;
 mod stats;
+
+// Not in the unit-test binary either: it links the unwinder as usual.
+#[cfg(not(test))]
+mod unwind;
 
 // Not in the unit-test binary: its exported read/write would replace the test harness's own.
 #[cfg(not(test))]

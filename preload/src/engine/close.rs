@@ -18,6 +18,11 @@ pub fn forget(fd: i32) {
 /// Before `fd` is closed: drop what its streams consumed, settle what they wrote.
 pub fn closing(fd: i32) {
     super::tree::program_closes(fd as u32, fd as u32);
+    settle(fd);
+}
+
+/// `closing` without the held-fd check (`closing_range` makes that once for the range).
+fn settle(fd: i32) {
     let Some(slot) = fdtable::slot(fd) else {
         return;
     };
@@ -33,12 +38,15 @@ pub fn closing(fd: i32) {
 
 /// Before fds `lo..=hi` are closed together.
 pub fn closing_range(lo: u32, hi: u32) {
-    let top = hi.min(fdtable::MAX_FDS as u32 - 1);
-    if lo > top {
+    // Held fds are the shim's own reopenings, never claimed: checked over the whole range.
+    super::tree::program_closes(lo, hi);
+    // Slots never claimed have nothing to settle or forget.
+    let used = fdtable::used().len() as u32;
+    if lo >= used {
         return;
     }
-    for fd in lo..=top {
-        closing(fd as i32);
+    for fd in lo..=hi.min(used - 1) {
+        settle(fd as i32);
     }
 }
 

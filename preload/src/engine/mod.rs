@@ -68,7 +68,7 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 
 pub fn disable() {
     DISABLED.store(true, Ordering::Release);
-    for slot in fdtable::all() {
+    for slot in fdtable::used() {
         slot.forget_fast();
     }
     // Helper threads stop before the sandbox could kill the process for their syscalls.

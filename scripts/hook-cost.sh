@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Instructions a preload library adds to one I/O call, counted with valgrind's callgrind
+# (repeatable, unlike timings): a small C program makes N and then 2N calls of one kind,
+# with and without the library, and the added instructions per call are
+#   ((with, 2N) - (with, N) - (without, 2N) + (without, N)) / N
+# so start-up and exit cancel out. What the calls' occasional slow path costs (a window
+# boundary every 2 MiB of a stream) is included, spread over the calls.
+#
+#   scripts/hook-cost.sh [-n N] [LIB.so ...]     (default: target/release/libdropbehind.so)
+#
+# Kinds: seq (4 KiB preads walking a cached 64 MiB file, cycling), seq-uncached (the same
+# stream when its reads become RWF_DONTCACHE), read (the same with read()), rand (4 KiB
+# preads at random offsets), stride (every 100th page), small (a 64 KiB file, which the
+# shim leaves alone), pipe (1-byte write and read on a pipe, per call), write (4 KiB
+# appending writes). valgrind does not know cachestat, so under it every file looks
+# unprovable and `auto` streams read uncached: `seq` sets DROPBEHIND_BACKEND=fadvise to
+# take the path a provable file takes natively.
+set -eu
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+N=20000
+while [ $# -gt 0 ]; do
+    case $1 in
+    -n) N=$2; shift 2 ;;
+    -*) echo "usage: $0 [-n N] [LIB.so ...]" >&2; exit 2 ;;
+    *) break ;;
+    esac
+done
+[ $# -gt 0 ] || set -- "$ROOT/target/release/libdropbehind.so"
+command -v valgrind >/dev/null || { echo "hook-cost: needs valgrind" >&2; exit 2; }
+
+TMP=$(mktemp -d /var/tmp/hook-cost.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+cat >"$TMP/calls.c" <<'EOF'
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    const char *kind = argv[1];
+    long n = atol(argv[2]);
+    static char buf[4096];
+    if (!strcmp(kind, "pipe")) {
+        int p[2];
+        if (pipe(p)) return 1;
+        for (long i = 0; i < n / 2; i++)
+            if (write(p[1], buf, 1) != 1 || read(p[0], buf, 1) != 1) return 1;
+        return 0;
+    }
+    if (!strcmp(kind, "write")) {
+        int fd = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        for (long i = 0; i < n; i++)
+            if (write(fd, buf, sizeof buf) != sizeof buf) return 1;
+        return 0;
+    }
+    int fd = open(argv[3], O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) return 1;
+    long pages = st.st_size / 4096, off = 0;
+    int rd = !strcmp(kind, "read"), seq = !strncmp(kind, "seq", 3);
+    int stride = !strcmp(kind, "stride"), rnd = !strcmp(kind, "rand");
+    unsigned long x = 88172645463325252UL;
+    for (long i = 0; i < n; i++) {
+        ssize_t r;
+        if (rd) {
+            r = read(fd, buf, sizeof buf);
+            if (r == 0) r = lseek(fd, 0, SEEK_SET) == 0;
+        } else {
+            if (seq) off = i % pages;
+            else if (stride) off = i * 100 % pages;
+            else if (rnd) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; off = x % pages; }
+            r = pread(fd, buf, sizeof buf, off * 4096);
+        }
+        if (r <= 0) return 1;
+    }
+    return 0;
+}
+EOF
+${CC:-cc} -O2 -o "$TMP/calls" "$TMP/calls.c"
+head -c 64M /dev/urandom >"$TMP/big"
+head -c 64K /dev/urandom >"$TMP/small"
+cat "$TMP/big" "$TMP/small" >/dev/null
+
+# ir PRELOAD BACKEND KIND N: instructions of the whole run.
+ir() {
+    env LD_PRELOAD="$1" DROPBEHIND_BACKEND="$2" valgrind --tool=callgrind \
+        --callgrind-out-file=/dev/null "$TMP/calls" "$3" "$4" "$5" 2>&1 |
+        awk '/Collected :/ { print $NF }'
+}
+
+for lib in "$@"; do
+    lib=$(realpath "$lib")
+    echo "instructions added per call by $lib (N=$N, callgrind):"
+    for kind in seq seq-uncached read rand stride small pipe write; do
+        file=$TMP/big backend=auto
+        case $kind in
+        seq | read) backend=fadvise ;;
+        small) file=$TMP/small ;;
+        write) file=$TMP/out ;;
+        esac
+        a1=$(ir "" "$backend" "$kind" "$N" "$file"); a2=$(ir "" "$backend" "$kind" $((2 * N)) "$file")
+        b1=$(ir "$lib" "$backend" "$kind" "$N" "$file"); b2=$(ir "$lib" "$backend" "$kind" $((2 * N)) "$file")
+        awk -v k="$kind" -v a1="$a1" -v a2="$a2" -v b1="$b1" -v b2="$b2" -v n="$N" 'BEGIN {
+            base = (a2 - a1) / n; with = (b2 - b1) / n
+            printf "  %-13s %6.1f  (the program alone: %.1f per call)\n", k, with - base, base }'
+    done
+done
