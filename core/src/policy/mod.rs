@@ -7,8 +7,10 @@
 //! - `range`: byte ranges and the residency proof (what may ever be dropped);
 //! - `read`: read streams (sequential or random, drop-behind, prefetch);
 //! - `write`: write streams (windowed writeback);
-//! - `map`: sampled file mappings, fed to a read stream.
+//! - `map`: sampled file mappings, fed to a read stream;
+//! - `growth`: streams seen from outside only as growth of a file's cache (the watcher).
 
+pub mod growth;
 pub mod map;
 pub mod range;
 pub mod read;
@@ -16,6 +18,7 @@ pub mod read;
 mod sim;
 pub mod write;
 
+pub use growth::{BlockSample, GROWTH_BLOCK, Growth, GrowthActions};
 pub use map::{MAP_GROWTH_LOOK, MAP_SPARSE_PERCENT, MapActions, MapClass, MapSample, MapScan};
 pub use range::{DROP_ALIGN, PAGE, PROOF_BLOCK, PROOF_CHUNK, PROOF_RING, Proof, Range};
 pub use read::{FastRead, Pattern, Prefetch, ReadActions, ReadPlan, ReadStream, read_continues};
