@@ -349,6 +349,15 @@ pub fn maps_contain(pid: i32, needle: &[u8]) -> Result<bool, Errno> {
     }
 }
 
+/// The link count of an own fd's file: 0 once it is deleted.
+pub fn link_count(fd: i32) -> Result<u64, Errno> {
+    // SAFETY: kernel-checked: `stat` is plain data, all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: own buffer: `st` is a local that outlives the call.
+    cvt(|| unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) })?;
+    Ok(st.st_nlink)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

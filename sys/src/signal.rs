@@ -112,3 +112,25 @@ pub fn reraise(sig: i32) {
     });
     let _ = kill(crate::proc::pid(), sig);
 }
+
+/// Makes `cmd`'s child start with `sigs` unblocked (a blocked mask is inherited through
+/// exec, and std's spawn keeps the parent's).
+pub fn unblock_in_child(cmd: &mut std::process::Command, sigs: &'static [i32]) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec, and only calls
+    // sigprocmask through a raw syscall with a set built on its own stack: async-signal-
+    // safe, no allocation, no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            let set = set_of(sigs);
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_UNBLOCK,
+                &set as *const libc::sigset_t,
+                std::ptr::null_mut::<libc::sigset_t>(),
+                8usize,
+            );
+            Ok(())
+        });
+    }
+}

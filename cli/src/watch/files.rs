@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 /// A settle waits at most this long for writeback before dropping what is clean.
 const SETTLE_BUDGET: Duration = Duration::from_secs(30);
-/// Growth-followed files keep this much of their most recent growth cached.
-pub const GROWTH_KEEP: u64 = 16 << 20;
+/// Growth-followed files keep the blocks that grew in this many last rounds (readahead
+/// just brought in, and what the program is reading now).
+pub const GROWTH_KEEP_ROUNDS: u64 = 2;
 /// Drops of growth-followed files come in batches of at least this much.
 pub const GROWTH_BATCH: u64 = 8 << 20;
 const SUPER: u64 = 16 * GROWTH_BLOCK;
@@ -33,6 +34,8 @@ pub enum Follow {
     Growth,
     /// Growth while the file is open in a process outside the watched tree: not taken.
     Shared,
+    /// In a process the preload covers, a file whose position moved: the preload's.
+    Preload,
 }
 
 /// A range waiting to be clean before its owned runs are dropped.
@@ -58,19 +61,21 @@ pub struct Tracked {
     counted_read: bool,
     counted_write: bool,
     growth: Growth,
-    supers: Vec<CacheStat>,
+    /// Each 64 MiB superblock's last sample (`None`: sample it again).
+    supers: Vec<Option<CacheStat>>,
     last_whole: CacheStat,
     first_whole: u64,
     pub shared_checked: Option<Instant>,
     settles: Vec<Settle>,
-    /// Rounds in a row the cache grew while the position stood still.
+    /// In a process the preload covers: a file whose position moves is the preload's.
+    pub growth_only: bool,
+    /// Rounds in which the cache grew while the position stood still.
     grew_rounds: u32,
 }
 
-/// Growth seen this many rounds in a row, the position standing still, makes a file
-/// followed by growth (once is not enough: a read's readahead lands before its position
-/// moves).
-const GROWTH_ROUNDS: u32 = 3;
+/// Growth seen in this many rounds, the position standing still, makes a file followed by
+/// growth (once is not enough: a read's readahead lands before its position moves).
+const GROWTH_ROUNDS: u32 = 2;
 
 pub struct Ctx<'a> {
     pub params: &'a Params,
@@ -108,6 +113,7 @@ impl Tracked {
             shared_checked: None,
             settles: Vec::new(),
             grew_rounds: 0,
+            growth_only: false,
         };
         cx.c.files += 1;
         if info.readable() {
@@ -168,7 +174,8 @@ impl Tracked {
                 continue;
             }
             cx.c.drop_calls += 1;
-            cx.c.pages_released += cache::drop_range(self.fd(), r.start, r.len());
+            let n = cache::drop_range(self.fd(), r.start, r.len());
+            cx.c.pages_released += n;
         }
     }
 
@@ -189,6 +196,12 @@ impl Tracked {
     pub fn update(&mut self, info: FdInfo, cx: &mut Ctx) {
         self.info = info;
         let pos = info.pos;
+        if self.growth_only && pos != self.last_pos {
+            // read/write calls: the preload sees those, never both on one stream.
+            self.last_pos = pos;
+            self.follow = Follow::Preload;
+            return;
+        }
         match self.follow {
             Follow::Unknown | Follow::Pos | Follow::Growth if pos != self.last_pos => {
                 // A position that moves is followed (a file taken for growth too early,
@@ -222,10 +235,10 @@ impl Tracked {
                             self.follow = Follow::Growth;
                         }
                     }
-                    _ => self.grew_rounds = 0,
+                    _ => {}
                 }
             }
-            Follow::Growth | Follow::Shared => {}
+            Follow::Growth | Follow::Shared | Follow::Preload => {}
         }
         self.poll_settles(cx, false);
     }
@@ -367,16 +380,16 @@ impl Tracked {
         self.last_whole = whole;
         let size = self.current_size();
         let nsuper = size.div_ceil(SUPER) as usize;
-        self.supers.resize(nsuper, CacheStat::default());
+        self.supers.resize(nsuper, None);
         self.growth.begin();
         for s in 0..nsuper {
             let Ok(cs) = cache::cachestat(fd, s as u64 * SUPER, SUPER) else {
                 continue;
             };
-            if !finish && cs == self.supers[s] && cs.dirty == 0 && cs.writeback == 0 {
+            if !finish && Some(cs) == self.supers[s] && cs.dirty == 0 && cs.writeback == 0 {
                 continue;
             }
-            self.supers[s] = cs;
+            self.supers[s] = Some(cs);
             let first = s as u64 * 16;
             for b in first..(first + 16).min(size.div_ceil(GROWTH_BLOCK)) {
                 if let Ok(c) = cache::cachestat(fd, b * GROWTH_BLOCK, GROWTH_BLOCK) {
@@ -391,7 +404,7 @@ impl Tracked {
                 }
             }
         }
-        let act = self.growth.plan(GROWTH_KEEP, GROWTH_BATCH, finish);
+        let act = self.growth.plan(GROWTH_KEEP_ROUNDS, GROWTH_BATCH, finish);
         for r in &act.writeback {
             self.writeback(*r, cx);
         }
@@ -399,9 +412,7 @@ impl Tracked {
             self.drop_runs(&act.drop, cx);
             // The next round samples everything again.
             self.last_whole = CacheStat::default();
-            self.supers
-                .iter_mut()
-                .for_each(|s| *s = CacheStat::default());
+            self.supers.iter_mut().for_each(|s| *s = None);
         }
     }
 
@@ -420,7 +431,7 @@ impl Tracked {
             Follow::Growth => self.sample_growth(cx, true),
             _ => {}
         }
-        if self.born {
+        if self.born && (!self.growth_only || self.follow == Follow::Growth) {
             // Everything in a file of the run's is the run's: write it back, drop it.
             let size = self.current_size();
             if size > 0 {

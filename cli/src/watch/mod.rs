@@ -55,7 +55,7 @@ struct Watcher {
     verbose: bool,
     procs: Vec<Proc>,
     done: Vec<Done>,
-    lingering: Vec<Box<Tracked>>,
+    lingering: Vec<Tracked>,
     late: Counters,
     proc_dir: Option<ProcDir>,
     /// Pids seen that are not in the tree, and when that list was last renewed.
@@ -63,6 +63,7 @@ struct Watcher {
     outside_at: Instant,
     scratch: Vec<i32>,
     me: i32,
+    started: Instant,
 }
 
 impl Watcher {
@@ -84,6 +85,7 @@ impl Watcher {
             outside_at: Instant::now(),
             scratch: Vec::new(),
             me: dropbehind_sys::proc::pid(),
+            started: Instant::now(),
         }
     }
 
@@ -153,6 +155,7 @@ impl Watcher {
                 i += 1;
             } else {
                 let mut p = self.procs.swap_remove(i);
+                p.tell_now(self.verbose, true);
                 p.close_all(&self.set);
                 self.lingering.append(&mut p.lingering);
                 self.done.push(Done {
@@ -228,6 +231,16 @@ impl Watcher {
         if text.is_empty() {
             return;
         }
+        let (user, sys) = dropbehind_sys::proc::own_cpu_us();
+        let wall = self.started.elapsed().as_secs_f64();
+        text += &format!(
+            "dropbehind: watcher CPU time {:.2} s ({:.2} user, {:.2} system) in {:.1} s: {:.2}%\n",
+            (user + sys) as f64 / 1e6,
+            user as f64 / 1e6,
+            sys as f64 / 1e6,
+            wall,
+            100.0 * (user + sys) as f64 / 1e6 / wall.max(1e-3)
+        );
         if sink == "stderr" {
             eprint!("{text}");
         } else {
@@ -291,6 +304,7 @@ fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>) {
 /// signals it is sent, and exits as the command did.
 pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> ExitCode {
     let sfd = signal_fd();
+    signal::unblock_in_child(&mut cmd, &signal::FORWARDED);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

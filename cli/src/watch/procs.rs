@@ -46,8 +46,12 @@ pub struct Proc {
     pub counters: Counters,
     scratch: Vec<i32>,
     told: bool,
+    /// Rounds seen: what runs in the process is looked at again in the first ones (an
+    /// exec that has just returned to the launcher may not have set up the new program's
+    /// environment and maps yet).
+    rounds: u32,
     /// Files the program closed whose settles are still pending: the watcher takes them.
-    pub lingering: Vec<Box<Tracked>>,
+    pub lingering: Vec<Tracked>,
 }
 
 /// Why a process can't be watched, for the message naming it.
@@ -102,6 +106,7 @@ impl Proc {
             counters: Counters::default(),
             scratch: Vec::new(),
             told: false,
+            rounds: 0,
             lingering: Vec::new(),
         };
         p.classify(set);
@@ -149,7 +154,12 @@ impl Proc {
 
     /// Tells `--verbose` once which process got what.
     pub fn tell(&mut self, verbose: bool) {
-        if verbose && !self.told && !self.comm.is_empty() {
+        self.tell_now(verbose, self.rounds > 2)
+    }
+
+    /// As `tell`; `settled`: what runs in it is known for sure (or it has exited).
+    pub fn tell_now(&mut self, verbose: bool, settled: bool) {
+        if verbose && !self.told && settled && !self.comm.is_empty() {
             self.told = true;
             eprintln!("dropbehind: pid {} ({}): {}", self.pid, self.comm, self.how);
         }
@@ -180,10 +190,19 @@ impl Proc {
         }
         // An exec since the last round: another program, with new rules.
         let exe = exe_id(self.pid);
+        self.rounds = self.rounds.saturating_add(1);
         if exe.is_some() && exe != self.exe {
             self.close_all_in(cx);
             self.classify(set);
             self.told = false;
+            self.rounds = 1;
+        } else if self.rounds <= 2 {
+            let was = self.cover;
+            self.classify(set);
+            if self.cover != was {
+                self.close_all_in(cx);
+                self.entries.clear();
+            }
         }
         let mut fds = std::mem::take(&mut self.scratch);
         if fd_dir_numbers(&mut self.fd_dir, &mut fds).is_err() || pidfd::exited(&self.pidfd) {
@@ -211,7 +230,7 @@ impl Proc {
         if let Some(Entry::Tracked { mut file, .. }) = self.entries.remove(&fd)
             && !file.close(cx)
         {
-            self.lingering.push(file);
+            self.lingering.push(*file);
         }
     }
 
@@ -270,8 +289,12 @@ impl Proc {
             let mut link = [0u8; 4096];
             if let Ok(n) = procfd::fd_link(self.pid, fd, &mut link)
                 && &link[..n] == b"anon_inode:[io_uring]"
+                && !self.has_ring
             {
+                // Files passed over before the ring was seen are looked at again.
                 self.has_ring = true;
+                self.entries
+                    .retain(|_, e| matches!(e, Entry::Tracked { .. }));
             }
             return None;
         }
@@ -295,10 +318,8 @@ impl Proc {
         }
         let born = procfd::birth_ns(&own).is_some_and(|b| b >= self.start_real_ns);
         let mut t = Tracked::new(own, mine, info, born, cx);
-        if self.cover == Cover::Preload {
-            // Only what the preload can't see: growth without a moving position.
-            t.follow = Follow::Unknown;
-        }
+        // Only what the preload can't see: growth without a moving position.
+        t.growth_only = self.cover == Cover::Preload;
         Some(t)
     }
 

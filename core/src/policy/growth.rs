@@ -5,11 +5,17 @@
 //! The proof is the same as for streams: a chunk may be dropped only if it was entirely
 //! uncached at first sight (or the file was created during the run). Growth since then was
 //! brought in by the program, provided nobody else has the file open (the caller checks).
-//! Of the program's own pages, the most recently grown `keep` bytes stay (readahead just
-//! brought in, a random reader's latest reads); older ones are dropped once clean, in
-//! batches of at least `min_batch`, so that DONTNEED is called rarely and over large ranges.
+//! Of the program's own pages, those of blocks that grew in the last `keep_rounds` rounds
+//! stay (readahead just brought in, a random reader's latest reads); older ones are
+//! dropped once clean, in batches of at least `min_batch` (or when some have waited
+//! `RETRY_ROUNDS`), so that DONTNEED is called rarely and over large ranges.
 
 use super::range::{PAGE, PROOF_BLOCK, PROOF_CHUNK, Range, uncached_chunks};
+
+/// A block dropped before is dropped again after this many rounds if pages are still
+/// cached there without new growth: pages under readahead I/O when the drop came (DONTNEED
+/// skips locked pages) are read later without growing the count.
+pub const RETRY_ROUNDS: u64 = 25;
 
 /// Growth is sampled per proof block (4 MiB); residency at first sight per 64 KiB chunk.
 pub const GROWTH_BLOCK: u64 = PROOF_BLOCK;
@@ -118,9 +124,9 @@ impl Growth {
     }
 
     /// Decides after a round: writeback for dirty blocks that did not grow in it, and drops
-    /// of owned clean blocks beyond the `keep` most recently grown bytes (all of them when
-    /// `finish`: the file was closed).
-    pub fn plan(&mut self, keep: u64, min_batch: u64, finish: bool) -> GrowthActions {
+    /// of owned clean blocks that did not grow in the last `keep_rounds` rounds (all of
+    /// them when `finish`: the file was closed).
+    pub fn plan(&mut self, keep_rounds: u64, min_batch: u64, finish: bool) -> GrowthActions {
         let tick = self.tick;
         let mut act = GrowthActions::default();
         for (i, b) in self.blocks.iter().enumerate() {
@@ -128,33 +134,27 @@ impl Growth {
                 push_merged(&mut act.writeback, block_range(i as u64));
             }
         }
-        let mut cands: Vec<usize> = (0..self.blocks.len())
+        let cands: Vec<usize> = (0..self.blocks.len())
             .filter(|&i| {
                 let b = &self.blocks[i];
                 b.owned != 0
                     && b.now.cached > 0
                     && b.now.dirty == 0
                     && b.now.writeback == 0
-                    && b.grew_at > b.dropped_at
+                    && (finish || b.grew_at > b.dropped_at || tick >= b.dropped_at + RETRY_ROUNDS)
             })
             .collect();
-        // Newest growth first; the first `keep` bytes of it stay.
-        cands.sort_by_key(|&i| std::cmp::Reverse((self.blocks[i].grew_at, i)));
-        let mut kept = 0u64;
-        let mut out: Vec<usize> = Vec::new();
-        for i in cands {
-            let pages = self.blocks[i].now.cached;
-            if !finish && kept + pages * PAGE <= keep {
-                kept += pages * PAGE;
-            } else {
-                out.push(i);
-            }
-        }
+        let out: Vec<usize> = cands
+            .into_iter()
+            .filter(|&i| finish || self.blocks[i].grew_at + keep_rounds <= tick)
+            .collect();
         let batch: u64 = out.iter().map(|&i| self.blocks[i].now.cached * PAGE).sum();
-        if out.is_empty() || (!finish && batch < min_batch) {
+        let overdue = out
+            .iter()
+            .any(|&i| self.blocks[i].grew_at + RETRY_ROUNDS <= tick);
+        if out.is_empty() || (!finish && batch < min_batch && !overdue) {
             return act;
         }
-        out.sort_unstable();
         for i in out {
             let b = &mut self.blocks[i];
             b.dropped_at = tick;
@@ -199,7 +199,7 @@ mod tests {
     use crate::units::MIB;
 
     /// One round of the watcher against the model: sample every block, plan, drop.
-    fn round(g: &mut Growth, cache: &mut Cache, size: u64, keep: u64, finish: bool) {
+    fn round(g: &mut Growth, cache: &mut Cache, size: u64, keep_rounds: u64, finish: bool) {
         g.begin();
         for b in 0..size.div_ceil(GROWTH_BLOCK) {
             let cached = cache
@@ -213,7 +213,7 @@ mod tests {
                 },
             );
         }
-        for r in g.plan(keep, 8 * MIB, finish).drop {
+        for r in g.plan(keep_rounds, 8 * MIB, finish).drop {
             cache.drop(r);
         }
     }
@@ -232,11 +232,11 @@ mod tests {
             let end = (pos + 10 * MIB).min(size);
             cache.touch(Range::new(pos, (end + 8 * MIB).min(size)));
             pos = end;
-            round(&mut g, &mut cache, size, 16 * MIB, false);
+            round(&mut g, &mut cache, size, 2, false);
             let own = cache.count(Range::new(0, size)) - cache.count(warm);
             peak = peak.max(own as u64 * PAGE);
         }
-        round(&mut g, &mut cache, size, 16 * MIB, true);
+        round(&mut g, &mut cache, size, 2, true);
         assert!(peak <= 48 * MIB, "peak {} MiB", peak / MIB);
         assert_eq!(
             cache.count(warm) as u64,
@@ -262,7 +262,7 @@ mod tests {
                 let off = (x >> 20) % (size / PAGE) * PAGE;
                 cache.touch(Range::new(off, off + PAGE));
             }
-            round(&mut g, &mut cache, size, 16 * MIB, false);
+            round(&mut g, &mut cache, size, 2, false);
         }
         assert_eq!(cache.count(warm) as u64, warm.len() / PAGE);
         round(&mut g, &mut cache, size, 0, true);
