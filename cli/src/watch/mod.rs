@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 /// How often the watched processes' fds are looked at.
 const INTERVAL_MS: i32 = 10;
+/// New children of watched processes are looked for every this many rounds.
+const DISCOVER_EVERY: u64 = 4;
 /// How long the watcher waits, after the last program exits, for the writeback of what
 /// it wrote to finish so that it can be dropped.
 const FINISH_BUDGET: Duration = Duration::from_secs(10);
@@ -64,6 +66,7 @@ struct Watcher {
     scratch: Vec<i32>,
     me: i32,
     started: Instant,
+    rounds: u64,
 }
 
 impl Watcher {
@@ -86,6 +89,7 @@ impl Watcher {
             scratch: Vec::new(),
             me: dropbehind_sys::proc::pid(),
             started: Instant::now(),
+            rounds: 0,
         }
     }
 
@@ -145,7 +149,12 @@ impl Watcher {
 
     /// One round over every watched process.
     fn round(&mut self) {
-        self.discover();
+        // Listing /proc is most of a round's cost: new children are looked for every
+        // DISCOVER_EVERY rounds.
+        self.rounds += 1;
+        if self.rounds % DISCOVER_EVERY == 1 {
+            self.discover();
+        }
         let mut i = 0;
         while i < self.procs.len() {
             let alive = self.procs[i].round(&self.set);
