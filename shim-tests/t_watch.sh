@@ -23,7 +23,8 @@ while os.path.isdir(cg):
     try:
         st = dict(l.split() for l in open(cg + "/memory.stat"))
         peak = max(peak, int(st["cache"]) - int(st.get("shmem", 0)))
-        open(out, "w").write(str(peak))
+        open(out + ".new", "w").write(str(peak))
+        os.replace(out + ".new", out)
     except (OSError, ValueError, KeyError):
         pass
     time.sleep(0.05)
@@ -32,7 +33,9 @@ PY
     bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" "$@"
     rc=$?
     sleep 0.15
-    echo $(($(cat "$d/peak.$$" 2>/dev/null || echo 0) / MiB)) >&3
+    local p
+    p=$(cat "$d/peak.$$" 2>/dev/null)
+    echo $((${p:-0} / MiB)) >&3
     for _ in $(seq 20); do rmdir "$cg" 2>/dev/null && break; sleep 0.2; done
     wait "$sampler" 2>/dev/null
     return $rc

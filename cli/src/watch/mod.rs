@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 /// How often the watched processes' fds are looked at.
 const INTERVAL_MS: i32 = 10;
 /// New children of watched processes are looked for every this many rounds.
-const DISCOVER_EVERY: u64 = 4;
+const DISCOVER_EVERY: u64 = 2;
 /// How long the watcher waits, after the last program exits, for the writeback of what
 /// it wrote to finish so that it can be dropped.
 const FINISH_BUDGET: Duration = Duration::from_secs(10);
