@@ -3,6 +3,8 @@
 //! It links the pure core and the system layer, never the preload library.
 #![forbid(unsafe_code)]
 
+mod watch;
+
 use dropbehind_core::config;
 use dropbehind_sys::cache as residency;
 
@@ -22,8 +24,9 @@ fn variables_help() -> String {
         s += &format!("  {:<22} {} [default: {}]\n", v.name, v.accepts, v.default);
     }
     s += "  DROPBEHIND_LIB         path of libdropbehind.so, if not beside the launcher or in ../lib\n\n";
-    s += "Static binaries, setuid programs, raw syscalls and io_uring bypass the library.\n";
-    s += "Examples:\n  dropbehind -- cp big.iso /backup/\n  dropbehind --window 16M --stats -- tar cf /backup/x.tar /data\n  dropbehind stat /backup/x.tar";
+    s += "Static binaries, Go programs, setuid programs and io_uring bypass the library: the\n";
+    s += "launcher stays the parent and watches those from outside (--no-watch: it doesn't).\n";
+    s += "Examples:\n  dropbehind -- cp big.iso /backup/\n  dropbehind -- restic -r /backup/repo backup /data\n  dropbehind --pid 4242\n  dropbehind --window 16M --stats -- tar cf /backup/x.tar /data\n  dropbehind stat /backup/x.tar";
     s
 }
 
@@ -32,7 +35,7 @@ fn variables_help() -> String {
     name = "dropbehind",
     version,
     about = "Run a command without letting its streaming I/O flood the page cache",
-    override_usage = "dropbehind [OPTIONS] -- COMMAND [ARGS]...\n       dropbehind stat [--json] FILE...",
+    override_usage = "dropbehind [OPTIONS] -- COMMAND [ARGS]...\n       dropbehind [OPTIONS] --pid PID...\n       dropbehind stat [--json] FILE...",
     args_conflicts_with_subcommands = true,
     after_help = variables_help()
 )]
@@ -55,9 +58,18 @@ struct Cli {
     /// Print a report at exit (to stderr, or append it to FILE)
     #[arg(short, long, value_name = "FILE", num_args = 0..=1, default_missing_value = "stderr")]
     stats: Option<String>,
-    /// Log what the library does (-v info, -vv debug)
+    /// Log what the library does (-v info, -vv debug), and which process got what
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Attach to running processes (and their children) until they exit; Ctrl-C detaches
+    #[arg(long, value_name = "PID", num_args = 1.., conflicts_with = "command")]
+    pid: Vec<i32>,
+    /// Watch every process from outside, the preload library not used
+    #[arg(long, conflicts_with = "no_watch")]
+    watch: bool,
+    /// The preload library alone: the launcher execs the command, nothing watches it
+    #[arg(long)]
+    no_watch: bool,
     /// The command to run, after `--`
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -105,7 +117,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.sub {
         Some(Sub::Stat { json, ref files }) => stat(files, json),
+        None if !cli.pid.is_empty() => watch::attach(&cli.pid, &watch_options(&cli)),
         None => run(cli),
+    }
+}
+
+fn watch_options(cli: &Cli) -> watch::Options {
+    watch::Options {
+        verbose: cli.verbose > 0,
+        stats: cli.stats.clone(),
+        watch_all: cli.watch,
+        window: cli.window.unwrap_or(watch::MIN_WINDOW),
+        min_size: cli.min_size.unwrap_or(config::DEFAULT_MIN_SIZE),
+        lib_name: LIB_NAME,
     }
 }
 
@@ -153,7 +177,7 @@ fn run(cli: Cli) -> ExitCode {
             format!("{}: command not found", program.to_string_lossy()),
         );
     };
-    if let Some(why) = unreachable_reason(&path) {
+    if let Some(why) = unreachable_reason(&path).filter(|_| cli.no_watch) {
         eprintln!(
             "dropbehind: warning: {}: {why}; the library can't act there",
             path.display()
@@ -171,7 +195,9 @@ fn run(cli: Cli) -> ExitCode {
         }
         _ => lib.clone().into_os_string(),
     };
-    cmd.env("LD_PRELOAD", preload);
+    if !cli.watch {
+        cmd.env("LD_PRELOAD", preload);
+    }
     if let Some(w) = cli.window {
         cmd.env("DROPBEHIND_WINDOW", w.to_string());
     }
@@ -198,6 +224,9 @@ fn run(cli: Cli) -> ExitCode {
         _ => {
             cmd.env("DROPBEHIND_LOG", "debug");
         }
+    }
+    if !cli.no_watch {
+        return watch::launch(cmd, &program.to_string_lossy(), &watch_options(&cli));
     }
     let err = cmd.exec();
     let code = if err.kind() == std::io::ErrorKind::NotFound {

@@ -17,11 +17,15 @@
 //! and nix do: a program's errno is its own, and a hook's extra calls must not change it.
 
 pub mod cache;
+pub mod claim;
 pub mod dir;
 pub mod errno;
 pub mod file;
 pub mod mem;
+pub mod pidfd;
 pub mod proc;
+pub mod procfd;
+pub mod signal;
 pub mod thread;
 
 pub use errno::{Errno, ErrnoGuard};

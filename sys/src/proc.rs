@@ -102,6 +102,22 @@ pub fn effective_ids() -> (u32, u32) {
     unsafe { (libc::geteuid(), libc::getegid()) }
 }
 
+/// CPU time this process has used itself (not its children): (user, system) in µs.
+pub fn own_cpu_us() -> (u64, u64) {
+    // SAFETY: kernel-checked: `rusage` is plain data, all zeroes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: own buffer: `ru` is a local that outlives the call.
+    let _ = crate::cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_getrusage,
+            libc::RUSAGE_SELF,
+            &mut ru as *mut libc::rusage,
+        )
+    });
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    (us(ru.ru_utime), us(ru.ru_stime))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

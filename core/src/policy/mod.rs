@@ -8,8 +8,10 @@
 //! - `read`: read streams (sequential or random, drop-behind, prefetch);
 //! - `write`: write streams (windowed writeback);
 //! - `map`: sampled file mappings, fed to a read stream;
-//! - `tree`: trees of small files, one stream per process.
+//! - `tree`: trees of small files, one stream per process;
+//! - `growth`: streams seen from outside only as growth of a file's cache (the watcher).
 
+pub mod growth;
 pub mod map;
 pub mod range;
 pub mod read;
@@ -18,6 +20,7 @@ mod sim;
 pub mod tree;
 pub mod write;
 
+pub use growth::{BlockSample, GROWTH_BLOCK, Growth, GrowthActions};
 pub use map::{MAP_GROWTH_LOOK, MAP_SPARSE_PERCENT, MapActions, MapClass, MapSample, MapScan};
 pub use range::{DROP_ALIGN, PAGE, PROOF_BLOCK, PROOF_CHUNK, PROOF_RING, Proof, Range};
 pub use read::{FastRead, Pattern, Prefetch, ReadActions, ReadPlan, ReadStream, read_continues};

@@ -1,0 +1,460 @@
+//! One of a watched process's open regular files, followed from outside through an fd of
+//! the watcher's own (opened by path through /proc/PID/fd/N: it shares no offset, flags or
+//! readahead state with the program's, so nothing the watcher does through it changes
+//! what the program sees). Only cachestat, fadvise(DONTNEED) and sync_file_range(WRITE)
+//! are ever called on it.
+//!
+//! A file is followed one way for good: by its position (`Pos`: the program reads or
+//! writes with read/write, the position in fdinfo moves), or by the growth of its cached
+//! pages (`Growth`: pread, io_uring with offsets, mappings). Both apply the core's proof.
+
+use super::report::Counters;
+use dropbehind_core::policy::{
+    BlockSample, GROWTH_BLOCK, Growth, Params, Proof, Range, ReadStream, WriteStream,
+};
+use dropbehind_sys::cache::{self, CacheStat};
+use dropbehind_sys::file::{FileId, OwnFd};
+use dropbehind_sys::procfd::FdInfo;
+use std::time::{Duration, Instant};
+
+/// A settle waits at most this long for writeback before dropping what is clean.
+const SETTLE_BUDGET: Duration = Duration::from_secs(30);
+/// Growth-followed files keep the blocks that grew in this many last rounds (readahead
+/// just brought in, and what the program is reading now).
+pub const GROWTH_KEEP_ROUNDS: u64 = 2;
+/// Drops of growth-followed files come in batches of at least this much.
+pub const GROWTH_BATCH: u64 = 8 << 20;
+const SUPER: u64 = 16 * GROWTH_BLOCK;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Nothing moved yet.
+    Unknown,
+    Pos,
+    Growth,
+    /// Growth while the file is open in a process outside the watched tree: not taken.
+    Shared,
+    /// In a process the preload covers, a file whose position moved: the preload's.
+    Preload,
+}
+
+/// A range waiting to be clean before its owned runs are dropped.
+struct Settle {
+    range: Range,
+    runs: Vec<Range>,
+    since: Instant,
+}
+
+pub struct Tracked {
+    pub own: OwnFd,
+    pub id: FileId,
+    /// Created during the run (birth time after the process started): all its pages are
+    /// the run's.
+    pub born: bool,
+    pub follow: Follow,
+    info: FdInfo,
+    last_pos: u64,
+    eof_seen: bool,
+    read: ReadStream,
+    write: WriteStream,
+    writing: bool,
+    counted_read: bool,
+    counted_write: bool,
+    growth: Growth,
+    /// Each 64 MiB superblock's last sample (`None`: sample it again).
+    supers: Vec<Option<CacheStat>>,
+    last_whole: CacheStat,
+    first_whole: u64,
+    pub shared_checked: Option<Instant>,
+    settles: Vec<Settle>,
+    /// In a process the preload covers: a file whose position moves is the preload's.
+    pub growth_only: bool,
+    /// Rounds in which the cache grew while the position stood still.
+    grew_rounds: u32,
+}
+
+/// Growth seen in this many rounds, the position standing still, makes a file followed by
+/// growth (once is not enough: a read's readahead lands before its position moves).
+const GROWTH_ROUNDS: u32 = 2;
+
+pub struct Ctx<'a> {
+    pub params: &'a Params,
+    pub min_size: u64,
+    pub c: &'a mut Counters,
+}
+
+impl Tracked {
+    /// First sight: the residency snapshots are taken now, before the program reads on.
+    pub fn new(own: OwnFd, id: FileId, info: FdInfo, born: bool, cx: &mut Ctx) -> Tracked {
+        let fd = own.raw();
+        let growth = if born {
+            Growth::all_owned()
+        } else {
+            Growth::first_sight(id.size, |o, l| cache::cached_pages(fd, o, l))
+        };
+        let first_whole = cache::cachestat(fd, 0, 0).map_or(0, |c| c.cache);
+        let mut t = Tracked {
+            own,
+            id,
+            born,
+            follow: Follow::Unknown,
+            info,
+            last_pos: info.pos,
+            eof_seen: false,
+            read: ReadStream::new(),
+            write: WriteStream::new(),
+            writing: false,
+            counted_read: false,
+            counted_write: false,
+            growth,
+            supers: Vec::new(),
+            last_whole: CacheStat::default(),
+            first_whole,
+            shared_checked: None,
+            settles: Vec::new(),
+            grew_rounds: 0,
+            growth_only: false,
+        };
+        cx.c.files += 1;
+        if info.readable() {
+            let plan = t.read.plan(info.pos, cx.params);
+            if let Some(r) = plan.snapshot {
+                t.snapshot_read(r, cx);
+            }
+            t.read.consumed(info.pos, 0, 0, cx.params);
+            if !born {
+                cx.c.read_before_seen += info.pos.min(id.size);
+            }
+        }
+        if info.writable() {
+            if let Some(r) = t.write.plan(info.pos, cx.params) {
+                t.snapshot_write(r, cx);
+            }
+            if born && info.pos > 0 {
+                // Written before the watcher saw it: the run's own, settled like a window.
+                t.writeback(Range::new(0, info.pos), cx);
+                t.queue_settle(Range::new(0, info.pos), vec![Range::new(0, info.pos)]);
+            }
+        }
+        t
+    }
+
+    fn fd(&self) -> i32 {
+        self.own.raw()
+    }
+
+    fn snapshot_read(&mut self, r: Range, cx: &mut Ctx) {
+        cx.c.snapshots += 1;
+        let fd = self.fd();
+        self.read
+            .proof
+            .snapshot(r, |o, l| cache::cached_pages(fd, o, l));
+    }
+
+    fn snapshot_write(&mut self, r: Range, cx: &mut Ctx) {
+        cx.c.snapshots += 1;
+        let fd = self.fd();
+        self.write
+            .proof
+            .snapshot(r, |o, l| cache::cached_pages(fd, o, l));
+    }
+
+    /// The runs of `r` that may be dropped: all of it in a file born in the run.
+    fn owned(&self, proof: &Proof, r: Range) -> Vec<Range> {
+        if self.born {
+            vec![r]
+        } else {
+            proof.owned_runs(r).collect()
+        }
+    }
+
+    fn drop_runs(&self, runs: &[Range], cx: &mut Ctx) {
+        for r in runs {
+            if r.is_empty() {
+                continue;
+            }
+            cx.c.drop_calls += 1;
+            let n = cache::drop_range(self.fd(), r.start, r.len());
+            cx.c.pages_released += n;
+        }
+    }
+
+    fn writeback(&self, r: Range, cx: &mut Ctx) {
+        cx.c.writeback_calls += 1;
+        let _ = cache::start_writeback(self.fd(), r.start, r.len());
+    }
+
+    fn queue_settle(&mut self, range: Range, runs: Vec<Range>) {
+        self.settles.push(Settle {
+            range,
+            runs,
+            since: Instant::now(),
+        });
+    }
+
+    /// One look at the program's fd: its fdinfo now.
+    pub fn update(&mut self, info: FdInfo, cx: &mut Ctx) {
+        self.info = info;
+        let pos = info.pos;
+        if self.growth_only && pos != self.last_pos {
+            // read/write calls: the preload sees those, never both on one stream.
+            self.last_pos = pos;
+            self.follow = Follow::Preload;
+            return;
+        }
+        match self.follow {
+            Follow::Unknown | Follow::Pos | Follow::Growth if pos != self.last_pos => {
+                // A position that moves is followed (a file taken for growth too early,
+                // when a read's readahead came before its position moved, included).
+                self.follow = Follow::Pos;
+                self.moved(pos, cx);
+            }
+            Follow::Pos => {
+                if !self.writing
+                    && info.readable()
+                    && !self.eof_seen
+                    && pos > 0
+                    && pos >= self.current_size()
+                {
+                    self.eof_seen = true;
+                    let act = self.read.consumed(pos, 0, 1, cx.params);
+                    if let Some(r) = act.drop {
+                        let runs = self.owned(&self.read.proof, r);
+                        self.drop_runs(&runs, cx);
+                        self.read.dropped(r);
+                    }
+                }
+            }
+            Follow::Unknown => {
+                // No position moved: has the cache grown?
+                match cache::cachestat(self.fd(), 0, 0) {
+                    Ok(w) if w.cache > self.first_whole => {
+                        self.first_whole = w.cache;
+                        self.grew_rounds += 1;
+                        if self.grew_rounds >= GROWTH_ROUNDS {
+                            self.follow = Follow::Growth;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Follow::Growth | Follow::Shared | Follow::Preload => {}
+        }
+        self.poll_settles(cx, false);
+    }
+
+    fn current_size(&self) -> u64 {
+        dropbehind_sys::file::identify(self.fd()).map_or(self.id.size, |i| i.size)
+    }
+
+    /// The position moved from `last_pos` to `pos`: a read or a write, or a seek.
+    fn moved(&mut self, pos: u64, cx: &mut Ctx) {
+        let from = self.last_pos;
+        self.last_pos = pos;
+        self.eof_seen = false;
+        let writing = if !self.info.writable() {
+            false
+        } else if !self.info.readable() {
+            true
+        } else {
+            // Opened for both: a write leaves dirty pages behind it.
+            pos > from
+                && cache::cachestat(self.fd(), from, pos - from)
+                    .is_ok_and(|c| c.dirty + c.writeback > 0)
+        };
+        if pos < from || pos > from.saturating_add(64 << 20) && !writing {
+            // A seek: the runs so far are done with.
+            if let Some(r) = self.read.seeked(pos) {
+                let runs = self.owned(&self.read.proof, r);
+                self.drop_runs(&runs, cx);
+                self.read.dropped(r);
+            }
+            if self.write.started {
+                self.finish_write(cx);
+            }
+            return;
+        }
+        if writing != self.writing {
+            if self.writing {
+                self.finish_write(cx);
+            } else if let Some(r) = self.read.finish() {
+                let runs = self.owned(&self.read.proof, r);
+                self.drop_runs(&runs, cx);
+            }
+            self.writing = writing;
+        }
+        let n = pos - from;
+        if writing {
+            if !self.counted_write {
+                self.counted_write = true;
+                cx.c.write_streams += 1;
+            }
+            cx.c.written_followed += n;
+            if !self.write.started || !self.write.continues(from) {
+                self.finish_write(cx);
+                if let Some(r) = self.write.plan(from, cx.params) {
+                    self.snapshot_write(r, cx);
+                }
+            }
+            let act = self.write.wrote(from, n, cx.params, cx.min_size);
+            if let Some(r) = act.snapshot {
+                self.snapshot_write(r, cx);
+            }
+            if let Some(r) = act.start_writeback {
+                self.writeback(r, cx);
+            }
+            if let Some(r) = act.settle {
+                let runs = self.owned(&self.write.proof, r);
+                self.queue_settle(r, runs);
+                self.write.settled();
+            }
+        } else {
+            if !self.counted_read {
+                self.counted_read = true;
+                cx.c.read_streams += 1;
+            }
+            cx.c.read_followed += n;
+            let plan = self.read.plan(from, cx.params);
+            if let Some(r) = plan.snapshot {
+                self.snapshot_read(r, cx);
+            }
+            let act = self.read.consumed(from, n, n, cx.params);
+            if let Some(r) = act.drop {
+                let runs = self.owned(&self.read.proof, r);
+                self.drop_runs(&runs, cx);
+                self.read.dropped(r);
+            }
+            if let Some(r) = act.snapshot {
+                self.snapshot_read(r, cx);
+            }
+        }
+    }
+
+    fn finish_write(&mut self, cx: &mut Ctx) {
+        let act = self.write.finish(cx.min_size);
+        if let Some(r) = act.start_writeback {
+            self.writeback(r, cx);
+        }
+        if let Some(r) = act.settle {
+            let runs = self.owned(&self.write.proof, r);
+            self.queue_settle(r, runs);
+        }
+        self.write.reset();
+    }
+
+    /// Settles whose range is clean (or out of time) are dropped.
+    fn poll_settles(&mut self, cx: &mut Ctx, _closing: bool) {
+        if self.settles.is_empty() {
+            return;
+        }
+        let mut s = std::mem::take(&mut self.settles);
+        s.retain(|st| {
+            let clean = cache::cachestat(self.fd(), st.range.start, st.range.len())
+                .map_or(true, |c| c.dirty == 0 && c.writeback == 0);
+            if clean || st.since.elapsed() > SETTLE_BUDGET {
+                self.drop_runs(&st.runs, cx);
+                false
+            } else {
+                true
+            }
+        });
+        self.settles = s;
+    }
+
+    /// One round of growth sampling (only for files followed by growth).
+    pub fn sample_growth(&mut self, cx: &mut Ctx, finish: bool) {
+        if self.follow != Follow::Growth {
+            return;
+        }
+        let fd = self.fd();
+        let Ok(whole) = cache::cachestat(fd, 0, 0) else {
+            return;
+        };
+        if !finish && whole == self.last_whole && whole.dirty == 0 && whole.writeback == 0 {
+            return;
+        }
+        if !self.counted_read {
+            self.counted_read = true;
+            cx.c.growth_files += 1;
+        }
+        self.last_whole = whole;
+        let size = self.current_size();
+        let nsuper = size.div_ceil(SUPER) as usize;
+        self.supers.resize(nsuper, None);
+        self.growth.begin();
+        for s in 0..nsuper {
+            let Ok(cs) = cache::cachestat(fd, s as u64 * SUPER, SUPER) else {
+                continue;
+            };
+            if !finish && Some(cs) == self.supers[s] && cs.dirty == 0 && cs.writeback == 0 {
+                continue;
+            }
+            self.supers[s] = Some(cs);
+            let first = s as u64 * 16;
+            for b in first..(first + 16).min(size.div_ceil(GROWTH_BLOCK)) {
+                if let Ok(c) = cache::cachestat(fd, b * GROWTH_BLOCK, GROWTH_BLOCK) {
+                    self.growth.observe(
+                        b,
+                        BlockSample {
+                            cached: c.cache,
+                            dirty: c.dirty,
+                            writeback: c.writeback,
+                        },
+                    );
+                }
+            }
+        }
+        let act = self.growth.plan(GROWTH_KEEP_ROUNDS, GROWTH_BATCH, finish);
+        for r in &act.writeback {
+            self.writeback(*r, cx);
+        }
+        if !act.drop.is_empty() {
+            self.drop_runs(&act.drop, cx);
+            // The next round samples everything again.
+            self.last_whole = CacheStat::default();
+            self.supers.iter_mut().for_each(|s| *s = None);
+        }
+    }
+
+    /// The program closed the fd (or exited): finish the streams. True when the watcher's
+    /// own fd can be closed now; false while settles are pending (then `linger` is asked
+    /// again every round).
+    pub fn close(&mut self, cx: &mut Ctx) -> bool {
+        match self.follow {
+            Follow::Pos => {
+                if let Some(r) = self.read.finish() {
+                    let runs = self.owned(&self.read.proof, r);
+                    self.drop_runs(&runs, cx);
+                }
+                self.finish_write(cx);
+            }
+            Follow::Growth => self.sample_growth(cx, true),
+            _ => {}
+        }
+        if self.born && (!self.growth_only || self.follow == Follow::Growth) {
+            // Everything in a file of the run's is the run's: write it back, drop it.
+            let size = self.current_size();
+            if size > 0 {
+                if cache::cachestat(self.fd(), 0, 0).is_ok_and(|c| c.dirty > 0) {
+                    self.writeback(Range::new(0, size), cx);
+                }
+                self.queue_settle(Range::new(0, size), vec![Range::new(0, size)]);
+            }
+        }
+        self.linger(cx)
+    }
+
+    /// After close: true once nothing is pending. A deleted file is let go at once (its
+    /// pages go with it, and holding it would keep its space).
+    pub fn linger(&mut self, cx: &mut Ctx) -> bool {
+        if deleted(self.fd()) {
+            return true;
+        }
+        self.poll_settles(cx, true);
+        self.settles.is_empty()
+    }
+}
+
+fn deleted(fd: i32) -> bool {
+    dropbehind_sys::procfd::link_count(fd).is_ok_and(|n| n == 0)
+}

@@ -1,0 +1,416 @@
+//! The outside watcher: for processes the preload can't reach (Go programs, static
+//! binaries, io_uring I/O), the launcher stays the parent and follows the process tree
+//! from outside (`dropbehind -- CMD`), or attaches to running processes (`--pid`).
+//!
+//! It applies the core's policy and proof to each watched process's open regular files
+//! (`files`), through fds of its own; it never signals, stops or traces the program, and
+//! never reads, seeks or sets flags through anything the program shares.
+
+pub mod binary;
+mod files;
+mod procs;
+mod report;
+
+use dropbehind_core::policy::Params;
+use dropbehind_sys::Errno;
+use dropbehind_sys::file::OwnFd;
+use dropbehind_sys::procfd::{self, ProcDir};
+use dropbehind_sys::{pidfd, signal};
+use files::{Ctx, Tracked};
+use procs::{Proc, Settings};
+use report::Counters;
+use std::collections::HashSet;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How often the watched processes' fds are looked at.
+const INTERVAL_MS: i32 = 10;
+/// New children of watched processes are looked for every this many rounds.
+const DISCOVER_EVERY: u64 = 2;
+/// How long the watcher waits, after the last program exits, for the writeback of what
+/// it wrote to finish so that it can be dropped.
+const FINISH_BUDGET: Duration = Duration::from_secs(10);
+/// The drop-behind window from outside: drops in large ranges, rarely (each DONTNEED may
+/// call lru_add_drain_all, which waits for every CPU).
+pub const MIN_WINDOW: u64 = 4 << 20;
+/// Extra proof reach: the program moves on between two looks.
+const EXTRA_LOOKAHEAD: u64 = 32 << 20;
+
+pub struct Options {
+    pub verbose: bool,
+    pub stats: Option<String>,
+    pub watch_all: bool,
+    pub window: u64,
+    pub min_size: u64,
+    pub lib_name: &'static str,
+}
+
+struct Done {
+    pid: i32,
+    comm: String,
+    how: String,
+    counters: Counters,
+}
+
+struct Watcher {
+    set: Settings,
+    verbose: bool,
+    procs: Vec<Proc>,
+    done: Vec<Done>,
+    lingering: Vec<Tracked>,
+    late: Counters,
+    proc_dir: Option<ProcDir>,
+    /// Pids seen that are not in the tree, and when that list was last renewed.
+    outside: HashSet<i32>,
+    outside_at: Instant,
+    scratch: Vec<i32>,
+    me: i32,
+    started: Instant,
+    rounds: u64,
+}
+
+impl Watcher {
+    fn new(o: &Options) -> Watcher {
+        Watcher {
+            set: Settings {
+                lib_name: o.lib_name,
+                watch_all: o.watch_all,
+                min_size: o.min_size,
+                params: Params::new(o.window.max(MIN_WINDOW)).with_extra_lookahead(EXTRA_LOOKAHEAD),
+            },
+            verbose: o.verbose,
+            procs: Vec::new(),
+            done: Vec::new(),
+            lingering: Vec::new(),
+            late: Counters::default(),
+            proc_dir: ProcDir::open(c"/proc").ok(),
+            outside: HashSet::new(),
+            outside_at: Instant::now(),
+            scratch: Vec::new(),
+            me: dropbehind_sys::proc::pid(),
+            started: Instant::now(),
+            rounds: 0,
+        }
+    }
+
+    fn add(&mut self, pid: i32) -> Result<(), Errno> {
+        if pid == self.me {
+            return Err(Errno(libc::EINVAL));
+        }
+        if self.procs.iter().any(|p| p.pid == pid) {
+            return Err(Errno(libc::EADDRINUSE));
+        }
+        let mut p = Proc::attach(pid, &self.set)?;
+        p.tell(self.verbose);
+        self.procs.push(p);
+        Ok(())
+    }
+
+    /// New descendants of watched processes.
+    fn discover(&mut self) {
+        let Some(dir) = self.proc_dir.as_mut() else {
+            return;
+        };
+        if self.outside_at.elapsed() > Duration::from_secs(1) {
+            self.outside.clear();
+            self.outside_at = Instant::now();
+        }
+        let mut pids = std::mem::take(&mut self.scratch);
+        if dir.numbers(&mut pids).is_err() {
+            self.scratch = pids;
+            return;
+        }
+        // Twice: a grandchild listed before its parent is found on the second pass.
+        for _ in 0..2 {
+            let mut added = false;
+            for &pid in &pids {
+                if self.outside.contains(&pid) || self.procs.iter().any(|p| p.pid == pid) {
+                    continue;
+                }
+                let Ok((ppid, _)) = procfd::parent_and_start(pid) else {
+                    continue;
+                };
+                if self.procs.iter().any(|p| p.pid == ppid) {
+                    if self.add(pid).is_ok() {
+                        added = true;
+                    } else {
+                        self.outside.insert(pid);
+                    }
+                } else if pid != self.me {
+                    self.outside.insert(pid);
+                }
+            }
+            if !added {
+                break;
+            }
+        }
+        self.scratch = pids;
+    }
+
+    /// One round over every watched process.
+    fn round(&mut self) {
+        // Listing /proc is most of a round's cost: new children are looked for every
+        // DISCOVER_EVERY rounds.
+        self.rounds += 1;
+        if self.rounds % DISCOVER_EVERY == 1 {
+            self.discover();
+        }
+        let mut i = 0;
+        while i < self.procs.len() {
+            let alive = self.procs[i].round(&self.set);
+            self.lingering.append(&mut self.procs[i].lingering);
+            if alive {
+                self.procs[i].tell(self.verbose);
+                i += 1;
+            } else {
+                let mut p = self.procs.swap_remove(i);
+                p.tell_now(self.verbose, true);
+                p.close_all(&self.set);
+                self.lingering.append(&mut p.lingering);
+                self.done.push(Done {
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    how: p.how.clone(),
+                    counters: p.counters.clone(),
+                });
+            }
+        }
+        let tree: HashSet<i32> = self.procs.iter().map(|p| p.pid).collect();
+        let me = self.me;
+        let mut others = |dev: u64, ino: u64| open_elsewhere(dev, ino, &tree, me);
+        for p in &mut self.procs {
+            p.growth_round(&self.set, &mut others);
+        }
+        self.linger_round();
+    }
+
+    fn linger_round(&mut self) {
+        if self.lingering.is_empty() {
+            return;
+        }
+        let mut late = std::mem::take(&mut self.late);
+        let mut cx = Ctx {
+            params: &self.set.params,
+            min_size: self.set.min_size,
+            c: &mut late,
+        };
+        self.lingering.retain_mut(|f| !f.linger(&mut cx));
+        self.late = late;
+    }
+
+    /// Lets every process go (its files finished), then waits a bounded time for what is
+    /// still being written back.
+    fn finish(&mut self) {
+        for mut p in std::mem::take(&mut self.procs) {
+            p.close_all(&self.set);
+            self.lingering.append(&mut p.lingering);
+            self.done.push(Done {
+                pid: p.pid,
+                comm: p.comm.clone(),
+                how: p.how.clone(),
+                counters: p.counters.clone(),
+            });
+        }
+        let t0 = Instant::now();
+        while !self.lingering.is_empty() && t0.elapsed() < FINISH_BUDGET {
+            self.linger_round();
+            if !self.lingering.is_empty() {
+                dropbehind_sys::thread::sleep_us(5_000);
+            }
+        }
+        self.lingering.clear();
+    }
+
+    fn report(&self, sink: &Option<String>) {
+        let Some(sink) = sink else {
+            return;
+        };
+        let mut text = String::new();
+        for d in &self.done {
+            if d.counters.files > 0 {
+                text += &report::report(d.pid, &d.comm, &d.how, &d.counters);
+            }
+        }
+        if self.late.pages_released > 0 {
+            text += &format!(
+                "dropbehind: watcher, after the programs closed their files: {} pages released\n",
+                self.late.pages_released
+            );
+        }
+        if text.is_empty() {
+            return;
+        }
+        let (user, sys) = dropbehind_sys::proc::own_cpu_us();
+        let wall = self.started.elapsed().as_secs_f64();
+        text += &format!(
+            "dropbehind: watcher CPU time {:.2} s ({:.2} user, {:.2} system) in {:.1} s: {:.2}%\n",
+            (user + sys) as f64 / 1e6,
+            user as f64 / 1e6,
+            sys as f64 / 1e6,
+            wall,
+            100.0 * (user + sys) as f64 / 1e6 / wall.max(1e-3)
+        );
+        if sink == "stderr" {
+            eprint!("{text}");
+        } else {
+            use std::io::Write;
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(sink)
+                .and_then(|mut f| f.write_all(text.as_bytes()));
+        }
+    }
+}
+
+/// Whether a process outside `tree` (and other than the watcher) has the file open: then
+/// growth of its cache may be theirs. Looks at every process's fds: called rarely.
+fn open_elsewhere(dev: u64, ino: u64, tree: &HashSet<i32>, me: i32) -> bool {
+    let Ok(mut procs) = ProcDir::open(c"/proc") else {
+        return true;
+    };
+    let mut pids = Vec::new();
+    if procs.numbers(&mut pids).is_err() {
+        return true;
+    }
+    let mut fds = Vec::new();
+    for pid in pids {
+        if pid == me || tree.contains(&pid) {
+            continue;
+        }
+        let Ok(mut d) = ProcDir::fds_of(pid) else {
+            continue;
+        };
+        if d.numbers(&mut fds).is_err() {
+            continue;
+        }
+        for &fd in &fds {
+            if procfd::stat_fd(pid, fd).is_ok_and(|id| id.dev == dev && id.ino == ino) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+fn signal_fd() -> Option<OwnFd> {
+    signal::block_and_open(&signal::FORWARDED).ok()
+}
+
+fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>) {
+    let mut fds = Vec::with_capacity(2);
+    for f in [sfd.as_ref(), extra].into_iter().flatten() {
+        fds.push(libc::pollfd {
+            fd: f.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
+    let _ = pidfd::poll(&mut fds, INTERVAL_MS);
+}
+
+/// `dropbehind -- CMD` with the watcher: the launcher stays the parent, passes on the
+/// signals it is sent, and exits as the command did.
+pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> ExitCode {
+    let sfd = signal_fd();
+    signal::unblock_in_child(&mut cmd, &signal::FORWARDED);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!("dropbehind: {program}: {e}");
+            return ExitCode::from(code);
+        }
+    };
+    let pid = child.id() as i32;
+    let child_fd = pidfd::open(pid).ok();
+    let mut w = Watcher::new(o);
+    if let Err(e) = w.add(pid)
+        && o.verbose
+    {
+        eprintln!("dropbehind: pid {pid}: not watched: {}", procs::refusal(e));
+    }
+    loop {
+        wait_round(&sfd, child_fd.as_ref());
+        if let Some(s) = &sfd {
+            while let Some(sig) = signal::read(s) {
+                // A terminal's signal reached the child already (same process group).
+                if sig.from_process {
+                    let _ = signal::kill(pid, sig.signo);
+                }
+            }
+        }
+        if child_fd.as_ref().is_none_or(pidfd::exited) {
+            break;
+        }
+        w.round();
+    }
+    let status = child.wait();
+    w.finish();
+    w.report(&o.stats);
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => ExitCode::from(c as u8),
+            (None, Some(sig)) => {
+                signal::reraise(sig);
+                ExitCode::from(128 + sig as u8)
+            }
+            _ => ExitCode::from(1),
+        },
+        Err(e) => {
+            eprintln!("dropbehind: waiting for {program}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `dropbehind --pid PID...`: watch running processes and their children until they exit;
+/// SIGINT, SIGTERM, SIGHUP or SIGQUIT detaches and leaves them running.
+pub fn attach(pids: &[i32], o: &Options) -> ExitCode {
+    let sfd = signal_fd();
+    let mut w = Watcher::new(o);
+    let mut refused = 0;
+    for &pid in pids {
+        if let Err(e) = w.add(pid) {
+            refused += 1;
+            let why = if e.0 == libc::EINVAL {
+                "that is this watcher itself"
+            } else {
+                procs::refusal(e)
+            };
+            eprintln!("dropbehind: --pid {pid}: {why}");
+        }
+    }
+    if w.procs.is_empty() {
+        return ExitCode::from(2);
+    }
+    if refused > 0 {
+        let watching: Vec<String> = w.procs.iter().map(|p| p.pid.to_string()).collect();
+        eprintln!("dropbehind: watching {} only", watching.join(", "));
+    }
+    let mut detached = false;
+    loop {
+        wait_round(&sfd, None);
+        if let Some(s) = &sfd
+            && signal::read(s).is_some()
+        {
+            detached = true;
+            break;
+        }
+        w.round();
+        if w.procs.is_empty() {
+            break;
+        }
+    }
+    if detached && o.verbose {
+        eprintln!("dropbehind: detached; the processes run on");
+    }
+    w.finish();
+    w.report(&o.stats);
+    ExitCode::from(if refused > 0 { 2 } else { 0 })
+}

@@ -1,0 +1,311 @@
+//! Streams a watcher outside the process can't see as file positions (pread, io_uring with
+//! explicit offsets, mappings): followed by the growth of the file's cached pages, block by
+//! block, between samples of `cachestat`.
+//!
+//! The proof is the same as for streams: a chunk may be dropped only if it was entirely
+//! uncached at first sight (or the file was created during the run). Growth since then was
+//! brought in by the program, provided nobody else has the file open (the caller checks).
+//! Of the program's own pages, those of blocks that grew in the last `keep_rounds` rounds
+//! stay (readahead just brought in, a random reader's latest reads); older ones are
+//! dropped once clean, in batches of at least `min_batch` (or when some have waited
+//! `RETRY_ROUNDS`), so that DONTNEED is called rarely and over large ranges.
+
+use super::range::{PAGE, PROOF_BLOCK, PROOF_CHUNK, Range, uncached_chunks};
+
+/// A block dropped before is dropped again after this many rounds if pages are still
+/// cached there without new growth: pages under readahead I/O when the drop came (DONTNEED
+/// skips locked pages) are read later without growing the count.
+pub const RETRY_ROUNDS: u64 = 25;
+
+/// Growth is sampled per proof block (4 MiB); residency at first sight per 64 KiB chunk.
+pub const GROWTH_BLOCK: u64 = PROOF_BLOCK;
+
+/// One block's sample, in pages (cachestat's counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockSample {
+    pub cached: u64,
+    pub dirty: u64,
+    pub writeback: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Block {
+    /// Bit i set: chunk i was entirely uncached at first sight.
+    owned: u64,
+    now: BlockSample,
+    grew_at: u64,
+    dropped_at: u64,
+    /// Dropped since the last sample: the next one re-reads the count, it is not growth.
+    resample: bool,
+}
+
+/// What to do after a round of samples.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrowthActions {
+    /// Start writeback (sync_file_range WRITE, never a WAIT flag).
+    pub writeback: Vec<Range>,
+    /// Drop these (all inside chunks owned, clean when sampled).
+    pub drop: Vec<Range>,
+}
+
+/// A file followed by the growth of its cached pages.
+#[derive(Clone, Debug, Default)]
+pub struct Growth {
+    blocks: Vec<Block>,
+    tick: u64,
+}
+
+impl Growth {
+    /// First sight of a file of `size` bytes: which chunks are uncached, from
+    /// `cached(off, len)` (`None`: unknown, so nothing there is owned). Blocks beyond
+    /// `size` held no pages: they are owned.
+    pub fn first_sight(size: u64, mut cached: impl FnMut(u64, u64) -> Option<u64>) -> Growth {
+        let n = size.div_ceil(GROWTH_BLOCK) as usize;
+        let whole = cached(0, size.max(1));
+        let blocks = (0..n as u64)
+            .map(|b| Block {
+                owned: match whole {
+                    Some(0) => !0,
+                    Some(_) => uncached_chunks(b, &mut cached),
+                    None => 0,
+                },
+                ..Block::default()
+            })
+            .collect();
+        Growth { blocks, tick: 1 }
+    }
+
+    /// A file created during the run: every page in it is the run's.
+    pub fn all_owned() -> Growth {
+        Growth {
+            blocks: Vec::new(),
+            tick: 1,
+        }
+    }
+
+    fn block(&mut self, b: u64) -> &mut Block {
+        let b = b as usize;
+        if b >= self.blocks.len() {
+            self.blocks.resize(
+                b + 1,
+                Block {
+                    owned: !0,
+                    ..Block::default()
+                },
+            );
+        }
+        &mut self.blocks[b]
+    }
+
+    /// Starts a round of samples.
+    pub fn begin(&mut self) {
+        self.tick += 1;
+    }
+
+    /// Block `b`'s sample in this round (blocks not sampled keep their last one).
+    pub fn observe(&mut self, b: u64, s: BlockSample) {
+        let tick = self.tick;
+        let blk = self.block(b);
+        if s.cached > blk.now.cached && !blk.resample {
+            blk.grew_at = tick;
+        }
+        blk.resample = false;
+        blk.now = s;
+    }
+
+    /// Owned pages cached now, as last sampled (an upper bound: a partly owned block
+    /// counts whole).
+    pub fn owned_cached_pages(&self) -> u64 {
+        self.blocks
+            .iter()
+            .filter(|b| b.owned != 0)
+            .map(|b| b.now.cached)
+            .sum()
+    }
+
+    /// Decides after a round: writeback for dirty blocks that did not grow in it, and drops
+    /// of owned clean blocks that did not grow in the last `keep_rounds` rounds (all of
+    /// them when `finish`: the file was closed).
+    pub fn plan(&mut self, keep_rounds: u64, min_batch: u64, finish: bool) -> GrowthActions {
+        let tick = self.tick;
+        let mut act = GrowthActions::default();
+        for (i, b) in self.blocks.iter().enumerate() {
+            if b.now.dirty > 0 && (finish || b.grew_at < tick) {
+                push_merged(&mut act.writeback, block_range(i as u64));
+            }
+        }
+        let cands: Vec<usize> = (0..self.blocks.len())
+            .filter(|&i| {
+                let b = &self.blocks[i];
+                b.owned != 0
+                    && b.now.cached > 0
+                    && b.now.dirty == 0
+                    && b.now.writeback == 0
+                    && (finish || b.grew_at > b.dropped_at || tick >= b.dropped_at + RETRY_ROUNDS)
+            })
+            .collect();
+        let out: Vec<usize> = cands
+            .into_iter()
+            .filter(|&i| finish || self.blocks[i].grew_at + keep_rounds <= tick)
+            .collect();
+        let batch: u64 = out.iter().map(|&i| self.blocks[i].now.cached * PAGE).sum();
+        let overdue = out
+            .iter()
+            .any(|&i| self.blocks[i].grew_at + RETRY_ROUNDS <= tick);
+        if out.is_empty() || (!finish && batch < min_batch && !overdue) {
+            return act;
+        }
+        for i in out {
+            let b = &mut self.blocks[i];
+            b.dropped_at = tick;
+            b.resample = true;
+            let owned = b.owned;
+            let base = i as u64 * GROWTH_BLOCK;
+            let mut c = 0u64;
+            while c < 64 {
+                if owned & (1 << c) == 0 {
+                    c += 1;
+                    continue;
+                }
+                let s = c;
+                while c < 64 && owned & (1 << c) != 0 {
+                    c += 1;
+                }
+                push_merged(
+                    &mut act.drop,
+                    Range::new(base + s * PROOF_CHUNK, base + c * PROOF_CHUNK),
+                );
+            }
+        }
+        act
+    }
+}
+
+fn block_range(b: u64) -> Range {
+    Range::new(b * GROWTH_BLOCK, (b + 1) * GROWTH_BLOCK)
+}
+
+fn push_merged(v: &mut Vec<Range>, r: Range) {
+    match v.last_mut() {
+        Some(last) if last.end == r.start => last.end = r.end,
+        _ => v.push(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::sim::Cache;
+    use crate::units::MIB;
+
+    /// One round of the watcher against the model: sample every block, plan, drop.
+    fn round(g: &mut Growth, cache: &mut Cache, size: u64, keep_rounds: u64, finish: bool) {
+        g.begin();
+        for b in 0..size.div_ceil(GROWTH_BLOCK) {
+            let cached = cache
+                .cached_pages(b * GROWTH_BLOCK, GROWTH_BLOCK)
+                .unwrap_or(0);
+            g.observe(
+                b,
+                BlockSample {
+                    cached,
+                    ..Default::default()
+                },
+            );
+        }
+        for r in g.plan(keep_rounds, 8 * MIB, finish).drop {
+            cache.drop(r);
+        }
+    }
+
+    #[test]
+    fn a_pread_reader_is_dropped_behind_and_warm_pages_survive() {
+        let size = 512 * MIB;
+        let mut cache = Cache::new(size);
+        let warm = Range::new(100 * MIB, 132 * MIB);
+        cache.touch(warm);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut peak = 0;
+        // 10 MiB per round, 8 MiB of readahead beyond.
+        let mut pos = 0;
+        while pos < size {
+            let end = (pos + 10 * MIB).min(size);
+            cache.touch(Range::new(pos, (end + 8 * MIB).min(size)));
+            pos = end;
+            round(&mut g, &mut cache, size, 2, false);
+            let own = cache.count(Range::new(0, size)) - cache.count(warm);
+            peak = peak.max(own as u64 * PAGE);
+        }
+        round(&mut g, &mut cache, size, 2, true);
+        assert!(peak <= 48 * MIB, "peak {} MiB", peak / MIB);
+        assert_eq!(
+            cache.count(warm) as u64,
+            warm.len() / PAGE,
+            "warm pages stay"
+        );
+        assert_eq!(cache.count(Range::new(0, size)), cache.count(warm));
+    }
+
+    #[test]
+    fn random_reads_over_a_half_cached_file_never_drop_what_was_cached() {
+        let size = 256 * MIB;
+        let mut cache = Cache::new(size);
+        let warm = Range::new(0, size / 2);
+        cache.touch(warm);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut x = 12345u64;
+        for _ in 0..50 {
+            for _ in 0..500 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let off = (x >> 20) % (size / PAGE) * PAGE;
+                cache.touch(Range::new(off, off + PAGE));
+            }
+            round(&mut g, &mut cache, size, 2, false);
+        }
+        assert_eq!(cache.count(warm) as u64, warm.len() / PAGE);
+        round(&mut g, &mut cache, size, 0, true);
+        assert_eq!(cache.count(Range::new(size / 2, size)), 0);
+    }
+
+    #[test]
+    fn dirty_blocks_get_writeback_and_are_not_dropped_until_clean() {
+        let mut g = Growth::all_owned();
+        g.begin();
+        let dirty = BlockSample {
+            cached: 1024,
+            dirty: 1024,
+            writeback: 0,
+        };
+        g.observe(0, dirty);
+        g.observe(1, dirty);
+        let a = g.plan(0, 0, false);
+        assert!(a.writeback.is_empty(), "still growing this round");
+        assert!(a.drop.is_empty());
+        g.begin();
+        g.observe(0, dirty);
+        let a = g.plan(0, 0, false);
+        assert_eq!(a.writeback, vec![Range::new(0, 2 * GROWTH_BLOCK)]);
+        assert!(a.drop.is_empty(), "dirty pages are never dropped");
+        g.begin();
+        g.observe(
+            0,
+            BlockSample {
+                cached: 1024,
+                dirty: 0,
+                writeback: 0,
+            },
+        );
+        g.observe(
+            1,
+            BlockSample {
+                cached: 1024,
+                dirty: 0,
+                writeback: 0,
+            },
+        );
+        let a = g.plan(0, 0, false);
+        assert_eq!(a.drop, vec![Range::new(0, 2 * GROWTH_BLOCK)]);
+    }
+}
