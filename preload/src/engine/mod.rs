@@ -119,7 +119,7 @@ extern "C" fn at_exit() {
     entry::inside((), || {
         crate::mapwatch::at_exit();
         if let Some(cfg) = config() {
-            stats::emit(&cfg.stats);
+            stats::emit(cfg);
         }
     })
 }
