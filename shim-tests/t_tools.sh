@@ -15,7 +15,7 @@ unpriv() {
     if is_root; then setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; else "$@"; fi
 }
 # fincore_sum FILE...: bytes of the files in the page cache, by util-linux fincore.
-fincore_sum() { fincore -b -n -o RES "$@" | awk '{s += $1} END {printf "%d\n", s}'; }
+fincore_sum() { fincore -b -n -o RES "$@" | awk '{s += $1} END {printf "%.0f\n", s}'; }
 # json_get EXPR: evaluates a Python expression on the JSON document on stdin (as `j`).
 json_get() { python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 # warm_exact FILE MiB: the first MiB of FILE cached, and nothing after (no readahead).
