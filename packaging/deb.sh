@@ -7,13 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/deb}
-for tool in dpkg-deb dpkg-architecture; do
-    command -v "$tool" >/dev/null || { echo "deb: $tool not found (apt-get install dpkg-dev)" >&2; exit 1; }
-done
+command -v dpkg-deb >/dev/null || { echo "deb: dpkg-deb not found (apt-get install dpkg)" >&2; exit 1; }
 bin=target/release/dropbehind
 version=$("$bin" --version | awk '{print $2}')
-arch=$(dpkg-architecture -qDEB_HOST_ARCH)
+# dpkg-architecture is dpkg-dev's; without it, dpkg and the compiler say the same.
+arch=$(dpkg-architecture -qDEB_HOST_ARCH 2>/dev/null || dpkg --print-architecture)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+[ -n "$multiarch" ] || { echo "deb: no multiarch triplet (dpkg-architecture, gcc -print-multiarch)" >&2; exit 1; }
 stage=target/deb-stage
 root=$stage/root
 rm -rf "$stage"
@@ -21,8 +21,10 @@ mkdir -p "$root" "$out"
 
 make -s install DESTDIR="$PWD/$root" PREFIX=/usr LIBDIR="/usr/lib/$multiarch" \
     ZSHCOMPDIR=/usr/share/zsh/vendor-completions >/dev/null
-strip --strip-unneeded --remove-section=.comment "$root/usr/bin/dropbehind" \
-    "$root/usr/lib/$multiarch/libdropbehind.so"
+if command -v strip >/dev/null; then
+    strip --strip-unneeded --remove-section=.comment "$root/usr/bin/dropbehind" \
+        "$root/usr/lib/$multiarch/libdropbehind.so"
+fi
 gzip -9n "$root/usr/share/man/man1/dropbehind.1"
 
 doc=$root/usr/share/doc/dropbehind
