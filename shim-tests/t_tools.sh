@@ -3,11 +3,13 @@
 # its own definitions), make install, the .deb in a scratch root, `stat` on trees, `evict`,
 # `env` for services and cron, and the --stats report as JSON.
 . "$(dirname "$0")/lib.sh"
+# Messages (strerror, man) in one language, whatever the caller's locale.
+export LC_ALL=C.UTF-8
 d=$(scratch); chmod 755 "$d"
 mnt=
 cleanup() { [ -n "$mnt" ] && umount "$mnt" 2>/dev/null; chmod -R u+rwx "$d" 2>/dev/null; rm -rf "$d"; }
 trap cleanup EXIT
-[ -n "${KEEP:-}" ] && trap - EXIT
+[ -n "${KEEP:-}" ] && trap - EXIT   # KEEP=1: leave the scratch directory for a look
 B=$LAUNCHER
 
 # Runs CMD as an unprivileged user (nobody) when root, else as is.
@@ -65,7 +67,7 @@ names_all_options() { # FILE [SED]: every option appears in FILE (after SED: man
     done
 }
 if command -v man >/dev/null; then
-    MANWIDTH=100 man -l "$gen/man" >"$d/man.txt" 2>"$d/man.err"
+    MANWIDTH=100 LC_ALL=C.UTF-8 man -l "$gen/man" >"$d/man.txt" 2>"$d/man.err"
     renders() { grep -q '^NAME' "$d/man.txt" && grep -q 'dropbehind evict' "$d/man.txt" && grep -q 'DROPBEHIND_STATS_FORMAT' "$d/man.txt" && [ ! -s "$d/man.err" ]; }
     check "man -l renders dropbehind(1): sections, commands, variables, no warnings" renders
     check "the man page names every option of every --help" names_all_options "$d/man.txt"
@@ -138,7 +140,7 @@ else
         deb_cp() { cmp -s "$d/src" "$d/copy" && [ "$kib" -le 2048 ] && grep -q '"files_tracked":2' "$d/deb.report"; }
         check "dropbehind -- cp from the scratch root: same bytes, source not left cached ($kib KiB), report" deb_cp
         if command -v man >/dev/null; then
-            check "the packaged man page renders (man -l)" sh -c 'man -l "$1" 2>/dev/null | grep -q "dropbehind stat"' _ "$r/usr/share/man/man1/dropbehind.1.gz"
+            check "the packaged man page renders (man -l)" sh -c 'LC_ALL=C.UTF-8 man -l "$1" 2>/dev/null | grep -q "dropbehind stat"' _ "$r/usr/share/man/man1/dropbehind.1.gz"
         fi
         check "the system's packages are left alone (dropbehind: $before before, $(status) after)" [ "$before" = "$(status)" ]
     else
