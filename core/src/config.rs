@@ -50,6 +50,24 @@ pub enum StatsSink {
     File(String),
 }
 
+/// How the exit report is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatsFormat {
+    /// Lines for people.
+    Text,
+    /// One JSON object per process, on one line.
+    Json,
+}
+
+impl StatsFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            StatsFormat::Text => "text",
+            StatsFormat::Json => "json",
+        }
+    }
+}
+
 /// Directory inode prefetch settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirConfig {
@@ -70,6 +88,7 @@ pub struct Config {
     pub log_level: LogLevel,
     pub log_fd: i32,
     pub stats: StatsSink,
+    pub stats_format: StatsFormat,
     pub exclude: Vec<String>,
     pub dir: DirConfig,
     /// How far ahead of a sequential stream to prefetch, at most (0: off).
@@ -111,6 +130,7 @@ impl Default for Config {
             log_level: LogLevel::Off,
             log_fd: 2,
             stats: StatsSink::Off,
+            stats_format: StatsFormat::Text,
             exclude: Vec::new(),
             dir: DirConfig {
                 enabled: true,
@@ -172,6 +192,12 @@ pub const VARIABLES: &[Variable] = &[
         accepts: "0 or 1, stderr, or an absolute file path for the exit report",
         default: "0",
         apply: |c, v| parse_stats(v).map(|s| c.stats = s).is_some(),
+    },
+    Variable {
+        name: "DROPBEHIND_STATS_FORMAT",
+        accepts: "text or json (the exit report as one JSON object per process, on one line)",
+        default: "text",
+        apply: |c, v| parse_stats_format(v).map(|f| c.stats_format = f).is_some(),
     },
     Variable {
         name: "DROPBEHIND_DIR",
@@ -308,6 +334,14 @@ fn parse_stats(s: &str) -> Option<StatsSink> {
     }
 }
 
+pub fn parse_stats_format(s: &str) -> Option<StatsFormat> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "text" => Some(StatsFormat::Text),
+        "json" => Some(StatsFormat::Json),
+        _ => None,
+    }
+}
+
 fn parse_switch(s: &str) -> Option<bool> {
     match s.trim().to_ascii_lowercase().as_str() {
         "on" | "1" | "yes" => Some(true),
@@ -405,8 +439,10 @@ mod tests {
             ("DROPBEHIND_LOG", "debug"),
             ("DROPBEHIND_READAHEAD", "4M"),
             ("DROPBEHIND_MMAP", "off"),
+            ("DROPBEHIND_STATS_FORMAT", "json"),
         ]);
         assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(c.stats_format, StatsFormat::Json);
         assert_eq!(c.readahead, 4 << 20);
         assert!(!c.mmap);
         assert_eq!(cfg(&[("DROPBEHIND_READAHEAD", "off")]).0.readahead, 0);
@@ -447,8 +483,9 @@ mod tests {
             ("DROPBEHIND_MIN_SIZE", "lots"),
             ("DROPBEHIND_READAHEAD", "64M"),
             ("DROPBEHIND_MMAP", "sometimes"),
+            ("DROPBEHIND_STATS_FORMAT", "xml"),
         ]);
-        assert_eq!(bad.len(), 7);
+        assert_eq!(bad.len(), 8);
         assert_eq!(c, Config::default());
     }
 

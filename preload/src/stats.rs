@@ -1,7 +1,7 @@
 //! Counters for the opt-in exit report (DROPBEHIND_STATS). Relaxed atomics: a counter bump
 //! is the only cost on the hot path.
 
-use crate::config::{StatsSink, format_size};
+use crate::config::{Config, StatsFormat, StatsSink, format_size};
 use crate::sys;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -79,7 +79,7 @@ pub fn reset_all() {
 }
 
 /// The report, or `None` when this process did nothing worth reporting.
-pub fn report(pid: i32, comm: &str) -> Option<String> {
+pub fn report(pid: i32, comm: &str, format: StatsFormat) -> Option<String> {
     use std::sync::atomic::Ordering::Relaxed as R;
     let (dirs, warm, inodes) = (
         crate::dirprefetch::DIRS_PREFETCHED.load(R),
@@ -91,6 +91,13 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
     }
     let sz = |c: &Counter| format_size(c.get());
     let released = PAGES_RELEASED.get();
+    if format == StatsFormat::Json {
+        return Some(json_report(
+            pid,
+            comm,
+            [dirs as u64, inodes as u64, warm as u64],
+        ));
+    }
     Some(format!(
         "dropbehind: report for pid {pid} ({comm})\n\
          \x20 files tracked          {}  (excluded by DROPBEHIND_EXCLUDE: {})\n\
@@ -134,13 +141,62 @@ pub fn report(pid: i32, comm: &str) -> Option<String> {
     ))
 }
 
+/// The report as one JSON object on one line: counts as numbers, sizes in bytes.
+fn json_report(pid: i32, comm: &str, [dirs, inodes, warm]: [u64; 3]) -> String {
+    let mut name = String::new();
+    for c in comm.chars() {
+        match c {
+            '"' | '\\' => {
+                name.push('\\');
+                name.push(c);
+            }
+            c if (c as u32) < 0x20 => name += &format!("\\u{:04x}", c as u32),
+            c => name.push(c),
+        }
+    }
+    let fields: [(&str, u64); 23] = [
+        ("files_tracked", FILES_TRACKED.get()),
+        ("files_excluded", FILES_EXCLUDED.get()),
+        ("read_streams", READ_STREAMS.get()),
+        ("write_streams", WRITE_STREAMS.get()),
+        ("read_uncached_bytes", READ_DONTCACHE.get()),
+        ("read_dropped_behind_bytes", READ_FADVISE.get()),
+        ("written_windowed_bytes", WRITTEN_MANAGED.get()),
+        ("writeback_windows", WRITEBACK_WINDOWS.get()),
+        ("settle_timeouts", SETTLE_TIMEOUTS.get()),
+        ("pages_released", PAGES_RELEASED.get()),
+        ("bytes_released", PAGES_RELEASED.get() * 4096),
+        ("drop_calls", DROP_CALLS.get()),
+        ("residency_snapshots", SNAPSHOTS.get()),
+        ("copy_calls_clamped", COPY_CLAMPS.get()),
+        ("prefetched_bytes", PREFETCHED.get()),
+        ("prefetch_batches", PREFETCH_BATCHES.get()),
+        ("prefetch_skipped", PREFETCH_DROPPED.get()),
+        ("file_mappings", MAPS_TRACKED.get()),
+        ("mappings_sequential", MAPS_SEQUENTIAL.get()),
+        ("mappings_random", MAPS_RANDOM.get()),
+        ("directories_prefetched", dirs),
+        ("inodes_prefetched", inodes),
+        ("directories_warm", warm),
+    ];
+    let mut out = format!("{{\"dropbehind\":\"report\",\"pid\":{pid},\"comm\":\"{name}\"");
+    for (key, value) in fields {
+        out += &format!(",\"{key}\":{value}");
+    }
+    out + "}\n"
+}
+
 /// Writes the report where the user asked: stderr, or appended to a file.
-pub fn emit(sink: &StatsSink) {
+pub fn emit(cfg: &Config) {
     let mut comm = [0u8; 32];
-    let Some(text) = report(sys::proc::pid(), sys::proc::comm(&mut comm)) else {
+    let Some(text) = report(
+        sys::proc::pid(),
+        sys::proc::comm(&mut comm),
+        cfg.stats_format,
+    ) else {
         return;
     };
-    match sink {
+    match &cfg.stats {
         StatsSink::Off => {}
         StatsSink::Stderr => sys::file::write_all(2, text.as_bytes()),
         StatsSink::File(path) => {

@@ -21,6 +21,9 @@ pub struct Entry {
     pub name: CString,
     /// The position just after this entry (filesystem-specific cookie).
     pub next_off: i64,
+    /// The entry's type as the directory records it (`libc::DT_REG`, `DT_DIR`, ...;
+    /// `DT_UNKNOWN` where the filesystem does not say).
+    pub kind: u8,
 }
 
 /// One getdents64 batch on an own fd into `out`: every entry but "." and "..". Returns the
@@ -39,6 +42,7 @@ pub fn getdents(fd: i32, buf: &mut [u8], out: &mut Vec<Entry>) -> Result<usize, 
         if reclen == 0 || at + reclen > n {
             break;
         }
+        let kind = buf[at + 18];
         let name = &buf[at + 19..at + reclen];
         let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
         if name != b"."
@@ -49,6 +53,7 @@ pub fn getdents(fd: i32, buf: &mut [u8], out: &mut Vec<Entry>) -> Result<usize, 
                 ino,
                 name,
                 next_off,
+                kind,
             });
         }
         at += reclen;

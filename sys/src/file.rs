@@ -15,6 +15,15 @@ pub struct FileId {
 }
 
 impl FileId {
+    pub(crate) fn from_stat(st: &libc::stat) -> FileId {
+        FileId {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mode: st.st_mode,
+            nlink: st.st_nlink,
+        }
+    }
     pub fn regular(&self) -> bool {
         self.mode & libc::S_IFMT == libc::S_IFREG
     }
@@ -32,13 +41,7 @@ pub fn identify(fd: i32) -> Result<FileId, Errno> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: own buffer: `st` is a local that outlives the call.
     cvt(|| unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) })?;
-    Ok(FileId {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        mode: st.st_mode,
-        nlink: st.st_nlink,
-    })
+    Ok(FileId::from_stat(&st))
 }
 
 /// The fd's status flags (F_GETFL).
@@ -212,4 +215,108 @@ pub fn glob_matches(pattern: &std::ffi::CStr, path: &[u8]) -> bool {
     // SAFETY: own buffer: both strings are NUL-terminated and outlive the call; fnmatch
     // only reads them.
     unsafe { libc::fnmatch(pattern.as_ptr(), path.as_ptr(), 0) == 0 }
+}
+
+/// What statx says of a file, for the launcher's tools (walking trees, counting hard links
+/// once, staying on one filesystem).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mode: u32,
+    pub nlink: u64,
+    pub uid: u32,
+}
+
+impl Meta {
+    pub fn file_type(&self) -> u32 {
+        self.mode & libc::S_IFMT
+    }
+    pub fn regular(&self) -> bool {
+        self.file_type() == libc::S_IFREG
+    }
+    pub fn directory(&self) -> bool {
+        self.file_type() == libc::S_IFDIR
+    }
+}
+
+fn statx(dirfd: i32, name: &std::ffi::CStr, flags: c_int) -> Result<Meta, Errno> {
+    // SAFETY: kernel-checked: `statx` is plain data, all zeroes is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let mask = libc::STATX_TYPE
+        | libc::STATX_MODE
+        | libc::STATX_NLINK
+        | libc::STATX_UID
+        | libc::STATX_INO
+        | libc::STATX_SIZE;
+    // SAFETY: own buffer: `name` is NUL-terminated and `stx` a local, both outliving the call.
+    cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            dirfd,
+            name.as_ptr(),
+            flags,
+            mask,
+            &mut stx as *mut libc::statx,
+        )
+    })?;
+    Ok(Meta {
+        dev: libc::makedev(stx.stx_dev_major, stx.stx_dev_minor),
+        ino: stx.stx_ino,
+        size: stx.stx_size,
+        mode: u32::from(stx.stx_mode),
+        nlink: u64::from(stx.stx_nlink),
+        uid: stx.stx_uid,
+    })
+}
+
+/// statx of `name` relative to `dirfd` (`libc::AT_FDCWD` for the working directory);
+/// a symlink itself unless `follow`.
+pub fn meta_at(dirfd: i32, name: &std::ffi::CStr, follow: bool) -> Result<Meta, Errno> {
+    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    statx(dirfd, name, flags)
+}
+
+/// statx of an open fd.
+pub fn meta(fd: i32) -> Result<Meta, Errno> {
+    statx(fd, c"", libc::AT_EMPTY_PATH)
+}
+
+/// Opens `name` relative to `dirfd` read-only and close-on-exec with `flags` added
+/// (O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK...), as an fd closed when dropped. For the
+/// launcher's tools, which own their fd table: the number is not moved high.
+pub fn open_at(dirfd: i32, name: &std::ffi::CStr, flags: c_int) -> Result<OwnFd, Errno> {
+    // SAFETY: own buffer: `name` is NUL-terminated and outlives the call.
+    let fd = cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            dirfd,
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC | flags,
+            0,
+        )
+    })?;
+    Ok(OwnFd::from_raw(fd as i32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_of_paths_and_fds_agree() {
+        let by_path = meta_at(libc::AT_FDCWD, c"/proc/self/exe", true).unwrap();
+        let link = meta_at(libc::AT_FDCWD, c"/proc/self/exe", false).unwrap();
+        assert!(by_path.regular());
+        assert_eq!(link.file_type(), libc::S_IFLNK);
+        let fd = open_at(libc::AT_FDCWD, c"/proc/self/exe", libc::O_NONBLOCK).unwrap();
+        assert_eq!(meta(fd.raw()).unwrap(), by_path);
+        let dir = open_at(libc::AT_FDCWD, c"/", libc::O_DIRECTORY).unwrap();
+        assert!(meta(dir.raw()).unwrap().directory());
+        assert_eq!(
+            open_at(libc::AT_FDCWD, c"/proc/self/exe", libc::O_NOFOLLOW).unwrap_err(),
+            Errno(libc::ELOOP)
+        );
+    }
 }

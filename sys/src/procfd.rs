@@ -185,12 +185,7 @@ pub fn stat_fd(pid: i32, fd: i32) -> Result<FileId, Errno> {
             0,
         )
     })?;
-    Ok(FileId {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        mode: st.st_mode,
-    })
+    Ok(FileId::from_stat(&st))
 }
 
 /// The filesystem type (statfs f_type) of what the target's fd N refers to; opens nothing.

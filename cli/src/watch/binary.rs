@@ -37,7 +37,8 @@ pub fn kind(path: &Path) -> Kind {
     if f.read_exact(&mut head).is_err() {
         return Kind::Other;
     }
-    let Some(is_static) = crate::elf_is_static(&read_head(&mut f).unwrap_or_default()) else {
+    let Some(is_static) = crate::launch::elf_is_static(&read_head(&mut f).unwrap_or_default())
+    else {
         return Kind::Other;
     };
     if has_go_section(&mut f, &head).unwrap_or(false) {

@@ -122,7 +122,7 @@ extern "C" fn at_exit() {
         crate::mapwatch::at_exit();
         tree::at_exit();
         if let Some(cfg) = config() {
-            stats::emit(&cfg.stats);
+            stats::emit(cfg);
         }
     })
 }
