@@ -22,7 +22,8 @@ TEST_DEPS := rsync:rsync strace:strace bc:bc mkfs.ext4:e2fsprogs setpriv:util-li
 	fincore:util-linux losetup:mount cc:gcc python3:python3 make:make tar:tar gzip:gzip \
 	xz:xz-utils sqlite3:sqlite3 perl:perl git:git valgrind:valgrind mkfs.btrfs:btrfs-progs \
 	mkfs.xfs:xfsprogs nbdkit:nbdkit nbdfuse:libnbd-bin fusermount3:fuse3 fio:fio \
-	dpkg-deb:dpkg dpkg-shlibdeps:dpkg-dev man:man-db zsh:zsh fish:fish
+	dpkg-deb:dpkg dpkg-shlibdeps:dpkg-dev man:man-db zsh:zsh fish:fish \
+	restic:restic rclone:rclone pv:pv
 deps-missing = $(sort $(foreach d,$(TEST_DEPS),$(if $(shell command -v $(word 1,$(subst :, ,$(d))) 2>/dev/null),,$(word 2,$(subst :, ,$(d))))))
 
 .PHONY: all build generated demo deps deps-check test lint unit-test shim-test install uninstall deb bench bench-quick clean
