@@ -413,5 +413,5 @@ lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) == 1, lines
 r = json.loads(lines[0]); assert r["pid"] > 0 and r["files_tracked"] == 1 and r["bytes_released"] > 0, r' "$d/stats.err"
 check "--stats-format xml: exit 2, one line naming it" bad_input --stats-format "$B" --stats-format xml -- true
-out=$(env DROPBEHIND_STATS_FORMAT=xml DROPBEHIND_STATS=1 LD_PRELOAD="$LIB" cat "$d/src" 2>&1 >/dev/null | grep -c DROPBEHIND_STATS_FORMAT)
+out=$(DROPBEHIND_STATS_FORMAT=xml DROPBEHIND_STATS=1 shim cat "$d/src" 2>&1 >/dev/null | grep -c DROPBEHIND_STATS_FORMAT)
 check "DROPBEHIND_STATS_FORMAT=xml in the library: one warning naming it" [ "$out" = 1 ]
