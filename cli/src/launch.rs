@@ -95,6 +95,16 @@ pub fn run(cli: &crate::args::Cli) -> ExitCode {
             format!("{}: command not found", program.to_string_lossy()),
         );
     };
+    if opts.verbose > 0 && !cli.no_watch {
+        let kind = crate::watch::binary::kind(&path);
+        if !kind.reachable_by_preload() {
+            eprintln!(
+                "dropbehind: {}: {}: watched from outside",
+                path.display(),
+                kind.describe()
+            );
+        }
+    }
     if let Some(why) = unreachable_reason(&path).filter(|_| cli.no_watch) {
         eprintln!(
             "dropbehind: warning: {}: {why}; the library can't act there",
