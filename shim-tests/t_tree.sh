@@ -123,6 +123,21 @@ check "hot small files: all still cached ($hot_after of $hot_before KiB)" "[ $ho
 # No report at all means the process did nothing to any file.
 check "hot small files: the report shows none dropped" "[ ! -e '$d/hot.report' ] || grep -q 'small files dropped    0 ' '$d/hot.report'"
 
+# Files read only in part (head, file): left alone, even in a process that streams others
+# whole. One process reads tree a whole (it shows bulk I/O), then the first 100 bytes of
+# every file of tree b: what readahead brought in of b stays.
+evict_tree "$d/a" "$d/b"
+shim python3 - "$d/a" "$d/b" <<'PY2'
+import os, sys
+for root in sys.argv[1:]:
+    for r, _, fs in os.walk(root):
+        for f in sorted(fs):
+            with open(os.path.join(r, f), "rb") as h:
+                h.read() if root == sys.argv[1] else h.read(100)
+PY2
+part_kib=$(tree_cached_kib "$d/b")
+check "files read only in part: left cached ($part_kib KiB of tree b)" "[ $part_kib -ge 4096 ]"
+
 # One process reading a cold tree three times: the second pass sees files it streamed
 # and stops dropping, so the third pass reads from the cache.
 evict_tree "$d/a"
