@@ -42,4 +42,4 @@ mod hooks;
 
 use dropbehind_core::{config, policy};
 use dropbehind_sys as sys;
-use helpers::{dirprefetch, mapwatch, prefetch};
+use helpers::{dirprefetch, mapwatch, prefetch, writeback};

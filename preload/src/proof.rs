@@ -18,6 +18,16 @@ pub fn snapshot(fd: i32, proof: &mut Proof, r: Range) -> bool {
 pub fn drop_proven(fd: i32, proof: &Proof, r: Range) -> u64 {
     let mut released = 0;
     for run in proof.owned_runs(r) {
+        released += drop_runs(fd, &[run]);
+    }
+    released
+}
+
+/// Drops `runs`, proven runs of a file taken from its proof earlier (see
+/// `writeback::Job`). Returns the pages released.
+pub fn drop_runs(fd: i32, runs: &[Range]) -> u64 {
+    let mut released = 0;
+    for run in runs {
         stats::DROP_CALLS.add(1);
         released += sys::cache::drop_range(fd, run.start, run.len());
     }

@@ -146,10 +146,16 @@ pub enum Settled {
 }
 
 /// Waits until `len` bytes at `off` have no dirty or writeback pages, polling cachestat
-/// with a growing sleep, for at most `budget_ms`. Deliberately not sync_file_range(WAIT_*):
+/// with a growing sleep, for at most `budget_ms` and while `keep_going` says so. Deliberately not sync_file_range(WAIT_*):
 /// that marks a writeback error as seen on the program's open file, and its own fsync
 /// would then miss it.
-pub fn wait_clean(fd: i32, off: u64, len: u64, budget_ms: u64) -> Settled {
+pub fn wait_clean(
+    fd: i32,
+    off: u64,
+    len: u64,
+    budget_ms: u64,
+    keep_going: impl Fn() -> bool,
+) -> Settled {
     let mut slept_us = 0u64;
     let mut nap_us = 50u64;
     loop {
@@ -158,7 +164,7 @@ pub fn wait_clean(fd: i32, off: u64, len: u64, budget_ms: u64) -> Settled {
             Ok(_) => {}
             Err(_) => return Settled::Unknown,
         }
-        if slept_us >= budget_ms * 1000 {
+        if slept_us >= budget_ms * 1000 || !keep_going() {
             return Settled::TimedOut;
         }
         crate::thread::sleep_us(nap_us);

@@ -75,6 +75,7 @@ pub fn disable() {
     crate::prefetch::shutdown();
     crate::mapwatch::shutdown();
     crate::dirprefetch::shutdown();
+    crate::writeback::shutdown();
 }
 
 #[inline]
@@ -111,6 +112,7 @@ pub fn after_fork_child() {
     crate::dirprefetch::reset_counters();
     crate::prefetch::after_fork_child();
     crate::mapwatch::after_fork_child();
+    crate::writeback::after_fork_child();
     tree::after_fork_child();
     // The child inherits the parent's atexit registration along with its counters.
     stats::reset_all();
@@ -119,6 +121,8 @@ pub fn after_fork_child() {
 /// At exit: what watched mappings brought in goes, then the report, if asked for.
 extern "C" fn at_exit() {
     entry::inside((), || {
+        // The windows handed to the writeback helper are dropped before the report.
+        crate::writeback::drain();
         crate::mapwatch::at_exit();
         tree::at_exit();
         if let Some(cfg) = config() {

@@ -452,7 +452,8 @@ fn settle_oldest(t: &mut State, wait: Wait) -> bool {
     }
     let clean = match wait {
         Wait::Yes => {
-            sys::cache::wait_clean(h.fd, 0, h.bytes, SETTLE_BUDGET_MS) == sys::cache::Settled::Clean
+            sys::cache::wait_clean(h.fd, 0, h.bytes, SETTLE_BUDGET_MS, || true)
+                == sys::cache::Settled::Clean
         }
         Wait::No => sys::cache::cachestat(h.fd, 0, 0).is_ok_and(|c| c.dirty + c.writeback == 0),
     };

@@ -6,7 +6,7 @@ use super::{Engine, contained};
 use crate::fdtable::{self, FileState, Hot, Managed};
 use crate::policy::WriteActions;
 use crate::sys::cache::Settled;
-use crate::{stats, sys};
+use crate::{stats, sys, writeback};
 use std::sync::atomic::Ordering;
 
 #[derive(Clone, Copy, Default)]
@@ -142,12 +142,23 @@ pub(super) fn perform_write_actions(fd: i32, f: &mut FileState, act: WriteAction
     if (act.start_writeback.is_some() || act.settle.is_some()) && !same_file(fd, f) {
         return;
     }
-    if let Some(r) = act.start_writeback {
+    if act.start_writeback.is_some() {
         stats::WRITEBACK_WINDOWS.add(1);
+    }
+    if hand_over(fd, f, &act) {
+        if let Some(r) = act.settle {
+            f.write.settled();
+            // What the stream brought in, for the tree's bulk evidence.
+            super::tree::evidence(r.len());
+        }
+        writeback::wait_for_room();
+        return;
+    }
+    if let Some(r) = act.start_writeback {
         let _ = sys::cache::start_writeback(fd, r.start, r.len());
     }
     if let Some(r) = act.settle {
-        let settled = sys::cache::wait_clean(fd, r.start, r.len(), SETTLE_BUDGET_MS);
+        let settled = sys::cache::wait_clean(fd, r.start, r.len(), SETTLE_BUDGET_MS, || true);
         if settled != Settled::Clean {
             stats::SETTLE_TIMEOUTS.add(1);
         }
@@ -155,6 +166,28 @@ pub(super) fn perform_write_actions(fd: i32, f: &mut FileState, act: WriteAction
         drop_owned(fd, f, &f.write.proof, r);
         f.write.settled();
     }
+}
+
+/// Hands the window's writeback, wait and drop to the writeback helper: the program's
+/// thread goes on writing. False when the helper can't take it (then it is done here).
+fn hand_over(fd: i32, f: &FileState, act: &WriteActions) -> bool {
+    if act.start_writeback.is_none() && act.settle.is_none() {
+        return false;
+    }
+    let runs = act
+        .settle
+        .into_iter()
+        .flat_map(|r| f.write.proof.owned_runs(r));
+    let Some(job) = writeback::Job::new(fd, f.dev, f.ino, act.start_writeback, act.settle, runs)
+    else {
+        return false;
+    };
+    let handed = writeback::hand_over(job);
+    if handed {
+        // Windows still in flight are waited for at exit.
+        super::register_at_exit();
+    }
+    handed
 }
 
 /// ftruncate: the stream ends here.
@@ -168,6 +201,13 @@ pub fn truncating(fd: i32) {
 
 pub(super) fn finish_write(eng: &Engine, fd: i32, f: &mut FileState) {
     let act = f.write.finish(eng.cfg.min_size);
+    let ends = act.settle.is_some();
     perform_write_actions(fd, f, act);
+    if ends {
+        // The stream's end waits for its windows, as the synchronous path does: a close
+        // in an atexit handler that runs after the shim's (coreutils closes stdout so)
+        // would otherwise leave the last windows cached.
+        writeback::drain();
+    }
     f.write.reset();
 }

@@ -6,11 +6,14 @@
 //!
 //! - `prefetch`: readahead ahead of sequential read streams;
 //! - `mapwatch`: samples big file mappings;
-//! - `dirprefetch`: lists and stats big cold directories (a pool per directory).
+//! - `dirprefetch`: lists and stats big cold directories (a pool per directory);
+//! - `writeback`: starts, waits for and drops write streams' windows.
 
 pub mod dirprefetch;
 pub mod mapwatch;
 pub mod prefetch;
+pub mod queue;
+pub mod writeback;
 
 use crate::sys::thread::{self, Woken};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};

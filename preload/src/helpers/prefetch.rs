@@ -7,11 +7,11 @@
 //! holds no fd of its own, and is simply gone at exit or in a forked child.
 
 use super::Helper;
+use super::queue::{Empty, Queue};
 use crate::policy::Range;
 use crate::sys::thread::Woken;
 use crate::{stats, sys};
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Readahead of a device sysfs can't tell us about: the usual disk default.
 const UNKNOWN_DEVICE_READAHEAD: u64 = 128 * 1024;
@@ -27,128 +27,21 @@ pub struct Request {
     pub chunk: u64,
 }
 
-// ---------------------------------------------------------------------------------------
-// A bounded multi-producer queue (Vyukov's): a full queue drops the request, which only
-// means the kernel's own readahead does that part.
-
+/// A full queue drops the request, which only means the kernel's own readahead does that
+/// part.
 const QUEUE: usize = 64;
 
-struct Cell {
-    /// Lap counter, relative to the cell's index: `pos - index` when free for the producer
-    /// at `pos`, `pos + 1 - index` when holding its request.
-    seq: AtomicUsize,
-    req: UnsafeCell<Request>,
+impl Empty for Request {
+    const EMPTY: Request = Request {
+        fd: -1,
+        dev: 0,
+        ino: 0,
+        range: Range { start: 0, end: 0 },
+        chunk: 0,
+    };
 }
 
-struct Queue {
-    cells: [Cell; QUEUE],
-    head: AtomicUsize,
-    tail: AtomicUsize,
-}
-
-// SAFETY: a cell's request is written only by the producer that won its position and read
-// only by the consumer after the producer published it through `seq`.
-unsafe impl Sync for Queue {}
-
-static QUEUE_: Queue = Queue::new();
-
-impl Queue {
-    const fn new() -> Queue {
-        Queue {
-            cells: [const {
-                Cell {
-                    seq: AtomicUsize::new(0),
-                    req: UnsafeCell::new(Request {
-                        fd: -1,
-                        dev: 0,
-                        ino: 0,
-                        range: Range { start: 0, end: 0 },
-                        chunk: 0,
-                    }),
-                }
-            }; QUEUE],
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(0),
-        }
-    }
-
-    fn push(&self, r: Request) -> bool {
-        let mut pos = self.head.load(Ordering::Relaxed);
-        loop {
-            let cell = &self.cells[pos % QUEUE];
-            let seq = cell.seq.load(Ordering::Acquire).wrapping_add(pos % QUEUE);
-            let dif = seq.wrapping_sub(pos) as isize;
-            if dif == 0 {
-                match self.head.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        // SAFETY: this producer owns the cell until it publishes it.
-                        unsafe { *cell.req.get() = r };
-                        cell.seq.store(
-                            pos.wrapping_add(1).wrapping_sub(pos % QUEUE),
-                            Ordering::Release,
-                        );
-                        return true;
-                    }
-                    Err(p) => pos = p,
-                }
-            } else if dif < 0 {
-                return false;
-            } else {
-                pos = self.head.load(Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn pop(&self) -> Option<Request> {
-        let mut pos = self.tail.load(Ordering::Relaxed);
-        loop {
-            let cell = &self.cells[pos % QUEUE];
-            let seq = cell.seq.load(Ordering::Acquire).wrapping_add(pos % QUEUE);
-            let dif = seq.wrapping_sub(pos.wrapping_add(1)) as isize;
-            if dif == 0 {
-                match self.tail.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        // SAFETY: published by its producer, and ours since the CAS.
-                        let r = unsafe { *cell.req.get() };
-                        cell.seq.store(
-                            pos.wrapping_add(QUEUE).wrapping_sub(pos % QUEUE),
-                            Ordering::Release,
-                        );
-                        return Some(r);
-                    }
-                    Err(p) => pos = p,
-                }
-            } else if dif < 0 {
-                return None;
-            } else {
-                pos = self.tail.load(Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.head.load(Ordering::SeqCst) == self.tail.load(Ordering::SeqCst)
-    }
-
-    /// In a forked child only (one thread): back to empty.
-    fn reset(&self) {
-        for c in &self.cells {
-            c.seq.store(0, Ordering::Relaxed);
-        }
-        self.head.store(0, Ordering::Relaxed);
-        self.tail.store(0, Ordering::Relaxed);
-    }
-}
+static QUEUE_: Queue<Request, QUEUE> = Queue::new();
 
 // ---------------------------------------------------------------------------------------
 // The helper thread
@@ -283,25 +176,6 @@ pub fn reach_for(readahead: u64, device_readahead: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn queue_is_fifo_bounded_and_reusable() {
-        let q = Queue::new();
-        for lap in 0..3 {
-            for i in 0..QUEUE {
-                let r = Request {
-                    fd: i as i32,
-                    ..Request::default()
-                };
-                assert!(q.push(r), "lap {lap} push {i}");
-            }
-            assert!(!q.push(Request::default()), "full");
-            for i in 0..QUEUE {
-                assert_eq!(q.pop().unwrap().fd, i as i32);
-            }
-            assert!(q.pop().is_none());
-        }
-    }
 
     #[test]
     fn no_prefetch_where_kernel_readahead_already_reaches() {

@@ -1,0 +1,285 @@
+//! Writeback: one helper thread that starts the writeback of a write stream's windows,
+//! waits until they are clean and drops them, so that the program's own thread never runs
+//! the filesystem's writepages, never polls for clean pages and never drains LRU batches.
+//! A bounded copy then reads on one CPU while its writes are pushed out from the other,
+//! as a plain copy's are by the kernel's flusher.
+//!
+//! A job names its file by an fd of its own: a read-only, close-on-exec reopening, moved
+//! high, re-checked by (st_dev, st_ino) before use and closed when the job is done, so the
+//! program may close or reuse its number at any time. At most `JOBS` are handed over at
+//! once (fewer under a low RLIMIT_NOFILE), and the program waits, in a write as the
+//! synchronous path would, while more than `BOUND` bytes are handed over and not yet
+//! dropped; at exit it waits for the rest. Whatever the helper can't take (a full queue,
+//! no thread, a sandbox coming) the caller does itself, as before.
+
+use super::Helper;
+use super::queue::{Empty, Queue};
+use crate::policy::Range;
+use crate::sys::cache::Settled;
+use crate::sys::thread::{self, Woken};
+use crate::{stats, sys};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Proven runs one job may drop; a window with more takes the synchronous path.
+pub const RUNS: usize = 8;
+/// Jobs handed over at once (each holds one fd).
+const JOBS: usize = 8;
+/// What the jobs in flight may weigh before the program waits (`Job::weight`): with the
+/// window being written and the read side, well inside a stream's 64 MiB bound.
+pub const BOUND: u64 = 16 * crate::config::MIB;
+/// How long a wait may take before its drop is given up (the pages stay cached).
+const SETTLE_BUDGET_MS: u64 = 30_000;
+/// How long the program waits at most for room, or at exit for the rest.
+const WAIT_BUDGET_MS: u64 = 30_000;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Job {
+    /// The helper's own fd (closed when the job is done).
+    pub fd: i32,
+    pub dev: u64,
+    pub ino: u64,
+    /// Start writeback of this range.
+    pub start: Option<Range>,
+    /// Then wait until this range is clean and drop `runs` of it (the proven parts).
+    pub settle: Option<Range>,
+    pub runs: [Range; RUNS],
+    pub nruns: usize,
+}
+
+const NO_RANGE: Range = Range { start: 0, end: 0 };
+
+impl Empty for Job {
+    const EMPTY: Job = Job {
+        fd: -1,
+        dev: 0,
+        ino: 0,
+        start: None,
+        settle: None,
+        runs: [NO_RANGE; RUNS],
+        nruns: 0,
+    };
+}
+
+impl Job {
+    /// The job for `start` and `settle` on the program's `fd` (still naming dev, ino),
+    /// with the proven runs of `settle`; `None` when it can't be handed over (no fd of our
+    /// own, too many runs): the caller does the work itself.
+    pub fn new(
+        fd: i32,
+        dev: u64,
+        ino: u64,
+        start: Option<Range>,
+        settle: Option<Range>,
+        runs: impl Iterator<Item = Range>,
+    ) -> Option<Job> {
+        if HELPER.stopping() || HELPER.failed() || IN_FLIGHT.load(Ordering::Relaxed) >= jobs_limit()
+        {
+            return None;
+        }
+        let mut job = Job {
+            dev,
+            ino,
+            start,
+            settle,
+            ..Job::EMPTY
+        };
+        for r in runs {
+            if job.nruns == RUNS {
+                return None;
+            }
+            job.runs[job.nruns] = r;
+            job.nruns += 1;
+        }
+        job.fd = sys::file::reopen(fd).ok()?.into_raw();
+        Some(job)
+    }
+
+    /// What the job counts against `BOUND`: the bytes it names (a window is named by the
+    /// job that starts it and by the one that settles it).
+    fn weight(&self) -> u64 {
+        self.start.map_or(0, |r| r.len()) + self.settle.map_or(0, |r| r.len())
+    }
+}
+
+static QUEUE_: Queue<Job, JOBS> = Queue::new();
+static HELPER: Helper = Helper::new("dropbehind-wb", 64 * 1024);
+static SLEEPING: AtomicBool = AtomicBool::new(false);
+/// Jobs handed over and not done (each holds an fd).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// What the jobs in flight weigh (`Job::weight`).
+static PENDING: AtomicU64 = AtomicU64::new(0);
+/// Bumped after every job: the futex a waiting program thread sleeps on.
+static DONE: AtomicU32 = AtomicU32::new(0);
+static JOBS_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+const IDLE_EXIT: libc::timespec = libc::timespec {
+    tv_sec: 1,
+    tv_nsec: 0,
+};
+
+/// A program with a low fd limit keeps its numbers: one job's fd per 64 it may open.
+fn jobs_limit() -> usize {
+    let n = JOBS_LIMIT.load(Ordering::Relaxed);
+    if n != usize::MAX {
+        return n;
+    }
+    let n = (sys::proc::fd_limit().saturating_sub(64) / 64).min(JOBS as u64) as usize;
+    JOBS_LIMIT.store(n, Ordering::Relaxed);
+    n
+}
+
+/// Hands `job` to the helper thread (started when needed). False when it can't be taken:
+/// its fd is closed, and the caller does the work itself.
+pub fn hand_over(job: Job) -> bool {
+    IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+    PENDING.fetch_add(job.weight(), Ordering::AcqRel);
+    if HELPER.stopping() || HELPER.failed() || !QUEUE_.push(job) {
+        PENDING.fetch_sub(job.weight(), Ordering::AcqRel);
+        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+        sys::file::close_own(job.fd);
+        return false;
+    }
+    if !HELPER.start(run) {
+        HELPER.wake(SLEEPING.load(Ordering::SeqCst));
+    }
+    if HELPER.failed() {
+        // The thread could not be started; whatever it did not take is done here.
+        while let Some(j) = QUEUE_.pop() {
+            perform(&[j]);
+        }
+    }
+    true
+}
+
+/// From a program's write: waits while more than `BOUND` bytes are under way, so a fast
+/// writer stays bounded. Gives up (fail open: the writer goes on) after the budget.
+pub fn wait_for_room() {
+    wait_until(|| PENDING.load(Ordering::Acquire) <= BOUND);
+}
+
+/// At exit: waits until every handed-over window is dropped.
+pub fn drain() {
+    wait_until(|| IN_FLIGHT.load(Ordering::Acquire) == 0);
+}
+
+fn wait_until(done: impl Fn() -> bool) {
+    const NAP: libc::timespec = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 20_000_000,
+    };
+    let mut waited_ms = 0;
+    while !done() && HELPER.running() && waited_ms < WAIT_BUDGET_MS {
+        let seen = DONE.load(Ordering::SeqCst);
+        if done() {
+            break;
+        }
+        if thread::futex_wait(&DONE, seen, Some(&NAP)) == Woken::TimedOut {
+            waited_ms += 20;
+        }
+    }
+}
+
+/// The shim is being disabled (a sandbox is coming): the thread stops making system
+/// calls; jobs it did not take are given up (their pages stay cached, as without the
+/// shim) and their fds closed.
+pub fn shutdown() {
+    HELPER.shutdown();
+    while let Some(j) = QUEUE_.pop() {
+        sys::file::close_own(j.fd);
+        done(&j);
+    }
+}
+
+fn run() {
+    let mut batch = [Job::EMPTY; JOBS];
+    while !HELPER.stopping() {
+        let n = take(&mut batch);
+        if n > 0 {
+            perform(&batch[..n]);
+            continue;
+        }
+        SLEEPING.store(true, Ordering::SeqCst);
+        let seen = HELPER.seen();
+        let n = take(&mut batch);
+        if n > 0 {
+            SLEEPING.store(false, Ordering::SeqCst);
+            perform(&batch[..n]);
+            continue;
+        }
+        let woken = HELPER.sleep(seen, &IDLE_EXIT);
+        SLEEPING.store(false, Ordering::SeqCst);
+        // A job queued just before the exit saw a running thread and started none.
+        if woken == Woken::TimedOut && QUEUE_.is_empty() && !HELPER.idle_exit(|| !QUEUE_.is_empty())
+        {
+            break;
+        }
+    }
+}
+
+/// Everything queued, up to a batch.
+fn take(batch: &mut [Job; JOBS]) -> usize {
+    let mut n = 0;
+    while n < JOBS
+        && let Some(j) = QUEUE_.pop()
+    {
+        batch[n] = j;
+        n += 1;
+    }
+    n
+}
+
+/// Starts the writeback of every job first, so the device has all of it queued, then
+/// settles them in order. Every job is done (its fd closed, its bytes released) whatever
+/// happens, so a waiting program never waits for one that failed.
+fn perform(jobs: &[Job]) {
+    let mut ours = [false; JOBS];
+    for (j, ours) in jobs.iter().zip(ours.iter_mut()) {
+        // Our own fd: only a program closing numbers it never opened (close_range, a close
+        // loop) could have taken it, and then it may name anything now.
+        *ours = !HELPER.stopping()
+            && sys::file::identify(j.fd).is_ok_and(|id| id.dev == j.dev && id.ino == j.ino);
+        if *ours && let Some(r) = j.start {
+            let _ = sys::cache::start_writeback(j.fd, r.start, r.len());
+        }
+    }
+    for (j, &ours) in jobs.iter().zip(ours.iter()) {
+        if ours && let Some(r) = j.settle {
+            let _ = std::panic::catch_unwind(|| settle(j, r));
+        }
+        if ours {
+            sys::file::close_own(j.fd);
+        }
+        done(j);
+    }
+}
+
+fn settle(j: &Job, r: Range) {
+    let settled = sys::cache::wait_clean(j.fd, r.start, r.len(), SETTLE_BUDGET_MS, || {
+        !HELPER.stopping()
+    });
+    if settled != Settled::Clean {
+        stats::SETTLE_TIMEOUTS.add(1);
+    }
+    // DONTNEED drops what is clean and leaves the rest.
+    crate::proof::drop_runs(j.fd, &j.runs[..j.nruns]);
+}
+
+fn done(j: &Job) {
+    PENDING.fetch_sub(j.weight(), Ordering::AcqRel);
+    IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    DONE.fetch_add(1, Ordering::SeqCst);
+    thread::futex_wake(&DONE);
+}
+
+/// In a forked child: no helper thread exists there; the jobs' fds are the child's copies,
+/// closed.
+pub fn after_fork_child() {
+    while let Some(j) = QUEUE_.pop() {
+        sys::file::close_own(j.fd);
+    }
+    QUEUE_.reset();
+    IN_FLIGHT.store(0, Ordering::Relaxed);
+    PENDING.store(0, Ordering::Relaxed);
+    SLEEPING.store(false, Ordering::Relaxed);
+    HELPER.after_fork_child();
+}
