@@ -121,10 +121,11 @@ pub fn after_fork_child() {
 /// At exit: what watched mappings brought in goes, then the report, if asked for.
 extern "C" fn at_exit() {
     entry::inside((), || {
-        // The windows handed to the writeback helper are dropped before the report.
+        tree::at_exit();
+        // What was handed to the writeback helper (windows, the tree's last files) is
+        // dropped before the report.
         crate::writeback::drain();
         crate::mapwatch::at_exit();
-        tree::at_exit();
         if let Some(cfg) = config() {
             stats::emit(cfg);
         }

@@ -16,7 +16,7 @@
 use super::Engine;
 use crate::fdtable::{FileState, Small};
 use crate::policy::{AtClose, Bulk, TreeParams, TreeStream};
-use crate::{stats, sys};
+use crate::{stats, sys, writeback};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
@@ -236,6 +236,7 @@ pub(super) fn closing(eng: &Engine, fd: i32, f: &FileState) {
 /// here (a write may wait, as the big-file path's does; a close never does), so that the
 /// held fds never run out and no more than WRITEBACK_BYTES are under writeback.
 pub(super) fn writing() {
+    writeback::wait_for_room();
     if HELD_ANY.load(Ordering::Relaxed) == 0 {
         return;
     }
@@ -429,6 +430,9 @@ fn start_writebacks(t: &mut State, newest: Option<u64>) {
         }
         match still_ours(&h) {
             Some(id) if id.nlink() > 0 => {
+                if hand_over(t, i, id.size) {
+                    continue;
+                }
                 let _ = sys::cache::start_writeback(h.fd, 0, id.size);
                 t.held[i].bytes = id.size;
                 t.held[i].stage = Stage::WritingBack;
@@ -437,6 +441,29 @@ fn start_writebacks(t: &mut State, newest: Option<u64>) {
             _ => release(t, i),
         }
     }
+}
+
+/// Hands written file `i` to the writeback helper, which writes it back, waits for it and
+/// drops it (the whole file: it was empty when the process first wrote it), and closes
+/// the held fd. False when the helper can't take it: then it is done here.
+fn hand_over(t: &mut State, i: usize, size: u64) -> bool {
+    let h = t.held[i];
+    let whole = crate::policy::Range::new(0, size);
+    let Some(job) = writeback::Job::own(h.fd, h.dev, h.ino, whole) else {
+        return false;
+    };
+    if !writeback::hand_over_own(job) {
+        return false;
+    }
+    stats::TREE_FILES.add(1);
+    stats::TREE_WRITTEN.add(1);
+    stats::TREE_BYTES.add(size);
+    super::register_report();
+    // The fd is the job's now.
+    t.held[i] = EMPTY;
+    HELD_FD[i].store(-1, Ordering::Release);
+    HELD_ANY.fetch_sub(1, Ordering::AcqRel);
+    true
 }
 
 /// Waits (or, with `Wait::No`, only looks) until the oldest file under writeback is clean,

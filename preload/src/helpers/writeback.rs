@@ -96,6 +96,26 @@ impl Job {
 
     /// What the job counts against `BOUND`: the bytes it names (a window is named by the
     /// job that starts it and by the one that settles it).
+    /// As `new`, on an fd already the shim's own (a tree's held reopening), which the job
+    /// then owns. `None` (the fd still the caller's) when the helper can't take more.
+    pub fn own(fd: i32, dev: u64, ino: u64, whole: Range) -> Option<Job> {
+        if HELPER.stopping() || HELPER.failed() || IN_FLIGHT.load(Ordering::Relaxed) >= jobs_limit()
+        {
+            return None;
+        }
+        let mut job = Job {
+            fd,
+            dev,
+            ino,
+            start: Some(whole),
+            settle: Some(whole),
+            ..Job::EMPTY
+        };
+        job.runs[0] = whole;
+        job.nruns = 1;
+        Some(job)
+    }
+
     fn weight(&self) -> u64 {
         self.start.map_or(0, |r| r.len()) + self.settle.map_or(0, |r| r.len())
     }
@@ -131,12 +151,20 @@ fn jobs_limit() -> usize {
 /// Hands `job` to the helper thread (started when needed). False when it can't be taken:
 /// its fd is closed, and the caller does the work itself.
 pub fn hand_over(job: Job) -> bool {
+    let taken = hand_over_own(job);
+    if !taken {
+        sys::file::close_own(job.fd);
+    }
+    taken
+}
+
+/// As `hand_over`, leaving the fd to the caller when the job can't be taken.
+pub fn hand_over_own(job: Job) -> bool {
     IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
     PENDING.fetch_add(job.weight(), Ordering::AcqRel);
     if HELPER.stopping() || HELPER.failed() || !QUEUE_.push(job) {
         PENDING.fetch_sub(job.weight(), Ordering::AcqRel);
         IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
-        sys::file::close_own(job.fd);
         return false;
     }
     if !HELPER.start(run) {
