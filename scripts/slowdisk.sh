@@ -3,14 +3,16 @@
 # exposed as a file by nbdfuse, attached to a loop device with direct I/O, formatted and
 # mounted. Every request to the "disk" then costs DELAY ms, like a seek on a hard disk.
 #
-#   scripts/slowdisk.sh up DIR [--fs ext4|xfs|btrfs] [--delay-ms 2] [--size 4G] [--ra-kb 128]
-#                              [--image FILE]
+#   scripts/slowdisk.sh up DIR [--fs ext4|xfs|btrfs|ext2] [--delay-ms 2] [--size 4G] [--ra-kb 128]
+#                              [--image FILE] [--fail-writes TRIGGER]
 #   scripts/slowdisk.sh down DIR
 #   scripts/slowdisk.sh check      (exit 0 if this machine can build one; says why not)
 #
 # `--image FILE` serves a filesystem image made beforehand (scripts/aged-image.sh) through
 # nbdkit's file plugin instead of a fresh, empty memory disk; writes stay in nbdkit's memory
-# (cow filter), so the image is never changed. `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
+# (cow filter), so the image is never changed. `--fail-writes TRIGGER` puts nbdkit's error
+# filter in front of a memory disk: while the file TRIGGER exists, every write fails with
+# EIO (a failing device, for the writeback-error tests). `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
 # loop devices. The loop device's read_ahead_kb is pinned (default 128, the usual disk
 # default): fresh loop devices here came up with 128 once and 2560 another time.
 set -euo pipefail
@@ -27,6 +29,7 @@ check() {
 mkfs_for() { # FS DEVICE
     case $1 in
         ext4) mkfs.ext4 -q -F -i 4096 "$2" ;;  # room for a million small files
+        ext2) mkfs.ext2 -q -F "$2" ;;  # no journal: a failed data write fails only its file
         xfs) mkfs.xfs -q -f "$2" ;;
         btrfs) mkfs.btrfs -q -f "$2" >/dev/null ;;
         *) die "unknown filesystem $1" ;;
@@ -35,7 +38,7 @@ mkfs_for() { # FS DEVICE
 
 up() {
     local dir=$1; shift
-    local fs=ext4 delay=2 size=4G ra=128 image=
+    local fs=ext4 delay=2 size=4G ra=128 image= fail=()
     while [ $# -gt 0 ]; do
         case $1 in
             --fs) fs=$2; shift 2 ;;
@@ -43,6 +46,7 @@ up() {
             --size) size=$2; shift 2 ;;
             --ra-kb) ra=$2; shift 2 ;;
             --image) image=$(realpath "$2"); shift 2 ;;
+            --fail-writes) fail=(--filter=error error-pwrite=EIO error-pwrite-rate=100% "error-file=$2"); shift 2 ;;
             *) die "unknown option $1" ;;
         esac
     done
@@ -59,7 +63,8 @@ up() {
             </dev/null >"$dir/nbdkit.log" 2>&1
     else
         nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
-            --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
+            "${fail[@]:0:1}" --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
+            "${fail[@]:1}" \
             </dev/null >"$dir/nbdkit.log" 2>&1
     fi
     for _ in $(seq 50); do [ -S "$dir/nbd.sock" ] && break; sleep 0.1; done

@@ -42,6 +42,47 @@ else
     skip "full filesystem: needs root, mkfs.ext4 and a loop device"
 fi
 
+# A device that fails every write once the data is written: the error reaches the
+# program's own fsync with and without the shim (the shim writes back early, from an fd of
+# its own, and never waits through the program's). Disk made by scripts/slowdisk.sh.
+if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
+    for writer in "python3 $ROOT/shim-tests/helpers/fsync_after_writes.py MNT/out 64" \
+        "dd if=$d/f of=MNT/out bs=1M conv=fsync status=none"; do
+        for run in plain shim; do
+            rm -f "$d/trigger"
+            if ! mnt=$("$ROOT/scripts/slowdisk.sh" up "$d/sd" --fs ext2 --delay-ms 0 --size 512M --fail-writes "$d/trigger" 2>"$d/sd.err"); then
+                skip "failing device: slowdisk up failed: $(tail -1 "$d/sd.err")"; continue 2
+            fi
+            touch "$d/trigger"
+            if [ $run = plain ]; then
+                out=$(bash -c "${writer//MNT/$mnt}" 2>&1); rc=$?
+            else
+                out=$(shim bash -c "${writer//MNT/$mnt}" 2>&1); rc=$?
+            fi
+            rm -f "$d/trigger"
+            "$ROOT/scripts/slowdisk.sh" down "$d/sd"
+            eval "${run}_out=\$out ${run}_rc=\$rc"
+        done
+        # shellcheck disable=SC2154
+        check "failing device, ${writer%% *}: the write error reaches the program (exit $plain_rc: $plain_out)" '[ "$plain_rc" != 0 ] || [[ "$plain_out" == *"Input/output error"* ]]'
+        check "failing device, ${writer%% *}: exit $shim_rc and output identical under the shim ($shim_out)" '[ "$plain_rc" = "$shim_rc" ] && [ "$plain_out" = "$shim_out" ]'
+    done
+    # The device fails only the first half's writes: the shim wrote them back while it did
+    # (a plain run still holds them dirty, and its fsync succeeds). The program's fsync must
+    # report that error: a wait through the program's own fd would have consumed it.
+    rm -f "$d/trigger"
+    if mnt=$("$ROOT/scripts/slowdisk.sh" up "$d/sd" --fs ext2 --delay-ms 0 --size 512M --fail-writes "$d/trigger" 2>"$d/sd.err"); then
+        touch "$d/trigger"
+        out=$(shim python3 "$ROOT/shim-tests/helpers/fsync_after_writes.py" "$mnt/out" 64 "$d/trigger" 2>&1)
+        "$ROOT/scripts/slowdisk.sh" down "$d/sd"
+        check "failing device for the first 32 MiB only: the early writeback's error reaches the program's fsync ($out)" '[[ "$out" == *"fsync: Input/output error"* ]]'
+    else
+        skip "failing device: slowdisk up failed: $(tail -1 "$d/sd.err")"
+    fi
+else
+    skip "failing device: $("$ROOT/scripts/slowdisk.sh" check 2>&1)"
+fi
+
 # Edge cases found in review: bad pointers, odd counts, recycled fds, sockets, seccomp.
 if command -v cc >/dev/null && cc -O2 -w -o "$d/edge_cases" "$ROOT/shim-tests/helpers/edge_cases.c" 2>"$d/cc.err"; then
     for backend in auto dontcache; do
