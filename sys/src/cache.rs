@@ -135,6 +135,29 @@ pub fn start_writeback(fd: i32, off: u64, len: u64) -> Result<(), Errno> {
     Ok(())
 }
 
+/// sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER): writes the range and waits for it in
+/// the kernel, without polling. Only ever on an fd of the shim's own: the wait marks a
+/// writeback error as seen on the open file it is called through (the program's own open
+/// file keeps its sample, and its fsync still reports the error).
+pub fn write_and_wait_own(fd: i32, off: u64, len: u64) -> Result<(), Errno> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: kernel-checked: integers only; own fd.
+    cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_sync_file_range,
+            fd,
+            off as i64,
+            len as i64,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )
+    })?;
+    Ok(())
+}
+
 /// Whether the range is clean yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Settled {
