@@ -18,7 +18,7 @@ use crate::policy::Range;
 use crate::sys::cache::Settled;
 use crate::sys::thread::{self, Woken};
 use crate::{stats, sys};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Proven runs one job may drop; a window with more takes the synchronous path.
 pub const RUNS: usize = 8;
@@ -130,6 +130,11 @@ static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 static PENDING: AtomicU64 = AtomicU64::new(0);
 /// Bumped after every job: the futex a waiting program thread sleeps on.
 static DONE: AtomicU32 = AtomicU32::new(0);
+/// The fds of the batch the helper took from the queue and has not closed yet (a forked
+/// child closes its copies).
+static TAKEN: [AtomicI32; JOBS] = [const { AtomicI32::new(-1) }; JOBS];
+/// Program threads in `wait_until`: only then does a finished job make a wake-up call.
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
 static JOBS_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 const IDLE_EXIT: libc::timespec = libc::timespec {
@@ -195,8 +200,14 @@ fn wait_until(done: impl Fn() -> bool) {
         tv_sec: 0,
         tv_nsec: 20_000_000,
     };
+    if done() {
+        return;
+    }
+    WAITERS.fetch_add(1, Ordering::SeqCst);
     let mut waited_ms = 0;
     while !done() && HELPER.running() && waited_ms < WAIT_BUDGET_MS {
+        // Read before the condition: a job done in between changes it, and the wait
+        // returns at once.
         let seen = DONE.load(Ordering::SeqCst);
         if done() {
             break;
@@ -205,6 +216,7 @@ fn wait_until(done: impl Fn() -> bool) {
             waited_ms += 20;
         }
     }
+    WAITERS.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// The shim is being disabled (a sandbox is coming): the thread stops making system
@@ -250,6 +262,7 @@ fn take(batch: &mut [Job; JOBS]) -> usize {
     while n < JOBS
         && let Some(j) = QUEUE_.pop()
     {
+        TAKEN[n].store(j.fd, Ordering::SeqCst);
         batch[n] = j;
         n += 1;
     }
@@ -264,16 +277,22 @@ fn perform(jobs: &[Job]) {
     for (j, ours) in jobs.iter().zip(ours.iter_mut()) {
         // Our own fd: only a program closing numbers it never opened (close_range, a close
         // loop) could have taken it, and then it may name anything now.
-        *ours = !HELPER.stopping()
-            && sys::file::identify(j.fd).is_ok_and(|id| id.dev == j.dev && id.ino == j.ino);
-        if *ours && let Some(r) = j.start {
+        *ours = sys::file::identify(j.fd).is_ok_and(|id| id.dev == j.dev && id.ino == j.ino);
+        if *ours
+            && !HELPER.stopping()
+            && let Some(r) = j.start
+        {
             let _ = sys::cache::start_writeback(j.fd, r.start, r.len());
         }
     }
-    for (j, &ours) in jobs.iter().zip(ours.iter()) {
-        if ours && let Some(r) = j.settle {
+    for (i, (j, &ours)) in jobs.iter().zip(ours.iter()).enumerate() {
+        if ours
+            && !HELPER.stopping()
+            && let Some(r) = j.settle
+        {
             let _ = std::panic::catch_unwind(|| settle(j, r));
         }
+        TAKEN[i].store(-1, Ordering::SeqCst);
         if ours {
             sys::file::close_own(j.fd);
         }
@@ -305,7 +324,9 @@ fn done(j: &Job) {
     PENDING.fetch_sub(j.weight(), Ordering::AcqRel);
     IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
     DONE.fetch_add(1, Ordering::SeqCst);
-    thread::futex_wake(&DONE);
+    if WAITERS.load(Ordering::SeqCst) > 0 {
+        thread::futex_wake(&DONE);
+    }
 }
 
 /// In a forked child: no helper thread exists there; the jobs' fds are the child's copies,
@@ -314,7 +335,15 @@ pub fn after_fork_child() {
     while let Some(j) = QUEUE_.pop() {
         sys::file::close_own(j.fd);
     }
+    // The batch the helper had taken: the child's copies of its fds.
+    for fd in &TAKEN {
+        let fd = fd.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            sys::file::close_own(fd);
+        }
+    }
     QUEUE_.reset();
+    WAITERS.store(0, Ordering::Relaxed);
     IN_FLIGHT.store(0, Ordering::Relaxed);
     PENDING.store(0, Ordering::Relaxed);
     SLEEPING.store(false, Ordering::Relaxed);
