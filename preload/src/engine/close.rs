@@ -19,6 +19,9 @@ pub fn forget(fd: i32) {
 pub fn closing(fd: i32) {
     super::tree::program_closes(fd as u32, fd as u32);
     settle(fd);
+    // Jobs still using the fd (its stream's end was skipped: another thread held its slot)
+    // finish before the number can name another file.
+    crate::writeback::release_fds(fd as u32, fd as u32);
 }
 
 /// `closing` without the held-fd check (`closing_range` makes that once for the range).
@@ -40,6 +43,7 @@ fn settle(fd: i32) {
 pub fn closing_range(lo: u32, hi: u32) {
     // Held fds are the shim's own reopenings, never claimed: checked over the whole range.
     super::tree::program_closes(lo, hi);
+    crate::writeback::release_fds(lo, hi);
     // Slots never claimed have nothing to settle or forget.
     let used = fdtable::used().len() as u32;
     if lo >= used {

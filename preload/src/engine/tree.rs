@@ -452,7 +452,7 @@ fn hand_over(t: &mut State, i: usize, size: u64) -> bool {
     let Some(job) = writeback::Job::own(h.fd, h.dev, h.ino, whole) else {
         return false;
     };
-    if !writeback::hand_over_own(job) {
+    if !writeback::hand_over(job) {
         return false;
     }
     stats::TREE_FILES.add(1);

@@ -201,13 +201,10 @@ pub fn truncating(fd: i32) {
 
 pub(super) fn finish_write(eng: &Engine, fd: i32, f: &mut FileState) {
     let act = f.write.finish(eng.cfg.min_size);
-    let ends = act.settle.is_some();
     perform_write_actions(fd, f, act);
-    if ends {
-        // The stream's end waits for its windows, as the synchronous path does: a close
-        // in an atexit handler that runs after the shim's (coreutils closes stdout so)
-        // would otherwise leave the last windows cached.
-        writeback::drain();
-    }
+    // The stream's end waits for its windows, as the synchronous path does (a close in an
+    // atexit handler that runs after the shim's, as coreutils closes stdout, would leave
+    // them cached).
+    writeback::release_fds(fd as u32, fd as u32);
     f.write.reset();
 }

@@ -4,12 +4,17 @@
 //! A bounded copy then reads on one CPU while its writes are pushed out from the other,
 //! as a plain copy's are by the kernel's flusher.
 //!
-//! A job names its file by an fd of its own: a read-only, close-on-exec reopening, moved
-//! high, re-checked by (st_dev, st_ino) before use and closed when the job is done, so the
-//! program may close or reuse its number at any time. At most `JOBS` are handed over at
-//! once (fewer under a low RLIMIT_NOFILE), and the program waits, in a write as the
-//! synchronous path would, while more than `BOUND` bytes are handed over and not yet
-//! dropped; at exit it waits for the rest. Whatever the helper can't take (a full queue,
+//! A write stream's job names its file by the program's own fd: a close of that fd (close,
+//! dup2 onto it, close_range) and the stream's end wait for its jobs before the program's
+//! call goes on (`release_fds`), so the fd names the file for as long as a job may use it (re-checked by
+//! (st_dev, st_ino) before use, against closes the shim never sees), and opening nothing
+//! leaves the program's fd numbers alone. Through the program's fd the wait polls
+//! cachestat: a `sync_file_range` WAIT flag would mark a writeback error as seen on the
+//! program's open file. A tree's written file comes with the shim's own held reopening,
+//! which the job then owns and closes; on that one the wait is done in the kernel. At most
+//! `JOBS` are handed over at once (own fds fewer under a low RLIMIT_NOFILE), and the
+//! program waits, in a write as the synchronous path would, while more than `BOUND` bytes
+//! are handed over and not yet dropped; at exit it waits for the rest. Whatever the helper can't take (a full queue,
 //! no thread, a sandbox coming) the caller does itself, as before.
 
 use super::Helper;
@@ -32,10 +37,21 @@ const SETTLE_BUDGET_MS: u64 = 30_000;
 /// How long the program waits at most for room, or at exit for the rest.
 const WAIT_BUDGET_MS: u64 = 30_000;
 
+/// Whose fd a job uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fd {
+    /// The program's: never closed, never waited on with a WAIT flag.
+    Program,
+    /// The shim's own: closed when the job is done.
+    Own,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Job {
-    /// The helper's own fd (closed when the job is done).
     pub fd: i32,
+    pub whose: Fd,
+    /// For the program's fd: its entry in `PROGRAM_FD` while the job is in flight.
+    slot: usize,
     pub dev: u64,
     pub ino: u64,
     /// Start writeback of this range.
@@ -51,6 +67,8 @@ const NO_RANGE: Range = Range { start: 0, end: 0 };
 impl Empty for Job {
     const EMPTY: Job = Job {
         fd: -1,
+        whose: Fd::Program,
+        slot: usize::MAX,
         dev: 0,
         ino: 0,
         start: None,
@@ -62,8 +80,8 @@ impl Empty for Job {
 
 impl Job {
     /// The job for `start` and `settle` on the program's `fd` (still naming dev, ino),
-    /// with the proven runs of `settle`; `None` when it can't be handed over (no fd of our
-    /// own, too many runs): the caller does the work itself.
+    /// with the proven runs of `settle`; `None` when it can't be handed over (a full queue,
+    /// too many runs): the caller does the work itself.
     pub fn new(
         fd: i32,
         dev: u64,
@@ -72,11 +90,11 @@ impl Job {
         settle: Option<Range>,
         runs: impl Iterator<Item = Range>,
     ) -> Option<Job> {
-        if HELPER.stopping() || HELPER.failed() || IN_FLIGHT.load(Ordering::Relaxed) >= jobs_limit()
-        {
+        if HELPER.stopping() || HELPER.failed() || IN_FLIGHT.load(Ordering::Relaxed) >= JOBS {
             return None;
         }
         let mut job = Job {
+            fd,
             dev,
             ino,
             start,
@@ -90,7 +108,6 @@ impl Job {
             job.runs[job.nruns] = r;
             job.nruns += 1;
         }
-        job.fd = sys::file::reopen(fd).ok()?.into_raw();
         Some(job)
     }
 
@@ -99,12 +116,16 @@ impl Job {
     /// As `new`, on an fd already the shim's own (a tree's held reopening), which the job
     /// then owns. `None` (the fd still the caller's) when the helper can't take more.
     pub fn own(fd: i32, dev: u64, ino: u64, whole: Range) -> Option<Job> {
-        if HELPER.stopping() || HELPER.failed() || IN_FLIGHT.load(Ordering::Relaxed) >= jobs_limit()
+        if HELPER.stopping()
+            || HELPER.failed()
+            || IN_FLIGHT.load(Ordering::Relaxed) >= JOBS
+            || OWN_IN_FLIGHT.load(Ordering::Relaxed) >= own_limit()
         {
             return None;
         }
         let mut job = Job {
             fd,
+            whose: Fd::Own,
             dev,
             ino,
             start: Some(whole),
@@ -124,8 +145,13 @@ impl Job {
 static QUEUE_: Queue<Job, JOBS> = Queue::new();
 static HELPER: Helper = Helper::new("dropbehind-wb", 64 * 1024);
 static SLEEPING: AtomicBool = AtomicBool::new(false);
-/// Jobs handed over and not done (each holds an fd).
+/// Jobs handed over and not done, and how many of them hold an fd of the shim's own.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static OWN_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// The program's fds that jobs in flight use (-1: a free entry): a close of one of them
+/// waits for those jobs first.
+static PROGRAM_FD: [AtomicI32; JOBS] = [const { AtomicI32::new(-1) }; JOBS];
+static PROGRAM_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// What the jobs in flight weigh (`Job::weight`).
 static PENDING: AtomicU64 = AtomicU64::new(0);
 /// Bumped after every job: the futex a waiting program thread sleeps on.
@@ -135,41 +161,45 @@ static DONE: AtomicU32 = AtomicU32::new(0);
 static TAKEN: [AtomicI32; JOBS] = [const { AtomicI32::new(-1) }; JOBS];
 /// Program threads in `wait_until`: only then does a finished job make a wake-up call.
 static WAITERS: AtomicUsize = AtomicUsize::new(0);
-static JOBS_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+static OWN_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 const IDLE_EXIT: libc::timespec = libc::timespec {
     tv_sec: 1,
     tv_nsec: 0,
 };
 
-/// A program with a low fd limit keeps its numbers: one job's fd per 64 it may open.
-fn jobs_limit() -> usize {
-    let n = JOBS_LIMIT.load(Ordering::Relaxed);
+/// A program with a low fd limit keeps its numbers: one job's own fd per 64 it may open.
+fn own_limit() -> usize {
+    let n = OWN_LIMIT.load(Ordering::Relaxed);
     if n != usize::MAX {
         return n;
     }
     let n = (sys::proc::fd_limit().saturating_sub(64) / 64).min(JOBS as u64) as usize;
-    JOBS_LIMIT.store(n, Ordering::Relaxed);
+    OWN_LIMIT.store(n, Ordering::Relaxed);
     n
 }
 
 /// Hands `job` to the helper thread (started when needed). False when it can't be taken:
-/// its fd is closed, and the caller does the work itself.
-pub fn hand_over(job: Job) -> bool {
-    let taken = hand_over_own(job);
-    if !taken {
-        sys::file::close_own(job.fd);
+/// the caller does the work itself (and keeps its fd).
+pub fn hand_over(mut job: Job) -> bool {
+    if job.whose == Fd::Program {
+        let Some(slot) = (0..JOBS).find(|&i| {
+            PROGRAM_FD[i]
+                .compare_exchange(-1, job.fd, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }) else {
+            return false;
+        };
+        job.slot = slot;
+        PROGRAM_IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
     }
-    taken
-}
-
-/// As `hand_over`, leaving the fd to the caller when the job can't be taken.
-pub fn hand_over_own(job: Job) -> bool {
     IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+    if job.whose == Fd::Own {
+        OWN_IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+    }
     PENDING.fetch_add(job.weight(), Ordering::AcqRel);
     if HELPER.stopping() || HELPER.failed() || !QUEUE_.push(job) {
-        PENDING.fetch_sub(job.weight(), Ordering::AcqRel);
-        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+        undo(&job);
         return false;
     }
     if !HELPER.start(run) {
@@ -184,13 +214,44 @@ pub fn hand_over_own(job: Job) -> bool {
     true
 }
 
+fn undo(j: &Job) {
+    PENDING.fetch_sub(j.weight(), Ordering::AcqRel);
+    match j.whose {
+        Fd::Own => {
+            OWN_IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+        }
+        Fd::Program => {
+            PROGRAM_FD[j.slot].store(-1, Ordering::Release);
+            PROGRAM_IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Before the program closes fds `lo..=hi` (close, dup2 onto one, close_range) or a write
+/// stream on one ends: waits for the jobs that use them, which then no longer name a file
+/// the program may reopen on that number. Free when no job uses a program's fd.
+pub fn release_fds(lo: u32, hi: u32) {
+    if PROGRAM_IN_FLIGHT.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let uses = || {
+        PROGRAM_FD.iter().any(|s| {
+            let fd = s.load(Ordering::Acquire);
+            fd >= 0 && (lo..=hi).contains(&(fd as u32))
+        })
+    };
+    wait_until(|| !uses());
+}
+
 /// From a program's write: waits while more than `BOUND` bytes are under way, so a fast
 /// writer stays bounded. Gives up (fail open: the writer goes on) after the budget.
 pub fn wait_for_room() {
     wait_until(|| PENDING.load(Ordering::Acquire) <= BOUND);
 }
 
-/// At exit: waits until every handed-over window is dropped.
+/// At a stream's end (before the program's close goes on: its jobs use the program's fd)
+/// and at exit: waits until every job in flight is done.
 pub fn drain() {
     wait_until(|| IN_FLIGHT.load(Ordering::Acquire) == 0);
 }
@@ -221,12 +282,18 @@ fn wait_until(done: impl Fn() -> bool) {
 
 /// The shim is being disabled (a sandbox is coming): the thread stops making system
 /// calls; jobs it did not take are given up (their pages stay cached, as without the
-/// shim) and their fds closed.
+/// shim) and their own fds closed.
 pub fn shutdown() {
     HELPER.shutdown();
     while let Some(j) = QUEUE_.pop() {
-        sys::file::close_own(j.fd);
+        close_if_own(&j);
         done(&j);
+    }
+}
+
+fn close_if_own(j: &Job) {
+    if j.whose == Fd::Own {
+        sys::file::close_own(j.fd);
     }
 }
 
@@ -262,7 +329,9 @@ fn take(batch: &mut [Job; JOBS]) -> usize {
     while n < JOBS
         && let Some(j) = QUEUE_.pop()
     {
-        TAKEN[n].store(j.fd, Ordering::SeqCst);
+        if j.whose == Fd::Own {
+            TAKEN[n].store(j.fd, Ordering::SeqCst);
+        }
         batch[n] = j;
         n += 1;
     }
@@ -270,13 +339,13 @@ fn take(batch: &mut [Job; JOBS]) -> usize {
 }
 
 /// Starts the writeback of every job first, so the device has all of it queued, then
-/// settles them in order. Every job is done (its fd closed, its bytes released) whatever
-/// happens, so a waiting program never waits for one that failed.
+/// settles them in order. Every job is done (its own fd closed, its bytes released)
+/// whatever happens, so a waiting program never waits for one that failed.
 fn perform(jobs: &[Job]) {
     let mut ours = [false; JOBS];
     for (j, ours) in jobs.iter().zip(ours.iter_mut()) {
-        // Our own fd: only a program closing numbers it never opened (close_range, a close
-        // loop) could have taken it, and then it may name anything now.
+        // The program's fd after a close the shim did not see, or our own after a program
+        // closed numbers it never opened (close_range, a close loop): it may name anything.
         *ours = sys::file::identify(j.fd).is_ok_and(|id| id.dev == j.dev && id.ino == j.ino);
         if *ours
             && !HELPER.stopping()
@@ -294,17 +363,17 @@ fn perform(jobs: &[Job]) {
         }
         TAKEN[i].store(-1, Ordering::SeqCst);
         if ours {
-            sys::file::close_own(j.fd);
+            close_if_own(j);
         }
         done(j);
     }
 }
 
 fn settle(j: &Job, r: Range) {
-    // Waiting in the kernel on our own fd costs no polling (three writers polling for clean
-    // windows compete with the foreground on two CPUs); a writeback error it meets is
-    // marked seen on our open file only. Where it fails, cachestat tells.
-    if sys::cache::write_and_wait_own(j.fd, r.start, r.len()).is_err() {
+    // On our own fd the wait is done in the kernel (no polling); a writeback error it meets
+    // is marked seen on our open file only. On the program's, and where that fails,
+    // cachestat tells.
+    if j.whose != Fd::Own || sys::cache::write_and_wait_own(j.fd, r.start, r.len()).is_err() {
         let settled = sys::cache::wait_clean(j.fd, r.start, r.len(), SETTLE_BUDGET_MS, || {
             !HELPER.stopping()
         });
@@ -321,19 +390,18 @@ fn settle(j: &Job, r: Range) {
 }
 
 fn done(j: &Job) {
-    PENDING.fetch_sub(j.weight(), Ordering::AcqRel);
-    IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    undo(j);
     DONE.fetch_add(1, Ordering::SeqCst);
     if WAITERS.load(Ordering::SeqCst) > 0 {
         thread::futex_wake(&DONE);
     }
 }
 
-/// In a forked child: no helper thread exists there; the jobs' fds are the child's copies,
-/// closed.
+/// In a forked child: no helper thread exists there; the jobs' own fds are the child's
+/// copies, closed (the program's stay the program's).
 pub fn after_fork_child() {
     while let Some(j) = QUEUE_.pop() {
-        sys::file::close_own(j.fd);
+        close_if_own(&j);
     }
     // The batch the helper had taken: the child's copies of its fds.
     for fd in &TAKEN {
@@ -345,6 +413,11 @@ pub fn after_fork_child() {
     QUEUE_.reset();
     WAITERS.store(0, Ordering::Relaxed);
     IN_FLIGHT.store(0, Ordering::Relaxed);
+    OWN_IN_FLIGHT.store(0, Ordering::Relaxed);
+    PROGRAM_IN_FLIGHT.store(0, Ordering::Relaxed);
+    for s in &PROGRAM_FD {
+        s.store(-1, Ordering::Relaxed);
+    }
     PENDING.store(0, Ordering::Relaxed);
     SLEEPING.store(false, Ordering::Relaxed);
     HELPER.after_fork_child();
