@@ -29,9 +29,11 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize
 pub const RUNS: usize = 8;
 /// Jobs handed over at once (each holds one fd).
 const JOBS: usize = 8;
-/// What the jobs in flight may weigh before the program waits (`Job::weight`): with the
-/// window being written and the read side, well inside a stream's 64 MiB bound.
-pub const BOUND: u64 = 16 * crate::config::MIB;
+/// What the jobs in flight may weigh before the program waits (`Job::weight`): one job
+/// (window i started, i-1 settling) while the program writes window i+1, one window more
+/// than the synchronous path holds. 16 MiB kept 4-5 windows in flight and raised a 2 GiB
+/// cp's cgroup peak from 64 to 73 MiB (bench/results/copies-at-the-floor.md).
+pub const BOUND: u64 = 6 * crate::config::MIB;
 /// How long a wait may take before its drop is given up (the pages stay cached).
 const SETTLE_BUDGET_MS: u64 = 30_000;
 /// How long the program waits at most for room, or at exit for the rest.
