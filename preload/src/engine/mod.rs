@@ -25,11 +25,13 @@ pub use dir::{directory_closing, directory_opened};
 pub use files::dontcache_refused;
 pub use files::may_manage;
 pub use map::{Mapping, Pages, mapped, unmapped, unmapping};
-pub use read::{ReadTicket, after_read, before_read, seeked};
+pub use read::{ReadPath, ReadTicket, after_fast_read, after_read, before_read, read_path, seeked};
 pub use stdio::{
     stdio_after_read, stdio_after_write, stdio_before_read, stdio_before_write, stdio_closing,
 };
-pub use write::{WriteTicket, after_write, before_write, truncating};
+pub use write::{
+    WritePath, WriteTicket, after_fast_write, after_write, before_write, truncating, write_path,
+};
 
 use crate::config::{Backend, Config, StatsSink};
 use crate::policy::Params;
@@ -48,11 +50,14 @@ static ENGINE: OnceLock<Engine> = OnceLock::new();
 
 /// Installs the configuration (constructor only). Returns false if already installed.
 pub fn install(cfg: Config) -> bool {
-    let exclude = cfg
-        .exclude
-        .iter()
-        .filter_map(|g| CString::new(g.as_str()).ok())
-        .collect();
+    let exclude = if cfg.exclude.is_empty() {
+        Vec::new()
+    } else {
+        cfg.exclude
+            .iter()
+            .filter_map(|g| CString::new(g.as_str()).ok())
+            .collect()
+    };
     let params = Params::new(cfg.window);
     ENGINE
         .set(Engine {
