@@ -33,11 +33,11 @@ extern "C" fn init() {
         std::panic::set_hook(Box::new(|info| crate::debug!("internal panic: {info}")));
         // A setuid program (the library given by /etc/ld.so.preload) must not let its
         // caller's environment choose files to append to or fds to write to: defaults only.
-        // SAFETY: getauxval only reads the auxiliary vector the kernel gave the process.
-        let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
         // Most processes set none of the variables: one pass over the environment then
         // spares a getenv (under std's lock, with a copy of the name) for each of them.
-        let ours = !secure && environment_has(b"DROPBEHIND_");
+        let ours = environment_has(b"DROPBEHIND_")
+            // SAFETY: getauxval only reads the auxiliary vector the kernel gave the process.
+            && unsafe { libc::getauxval(libc::AT_SECURE) } == 0;
         let (cfg, bad) =
             config::from_lookup(|name| if ours { std::env::var(name).ok() } else { None });
         for b in &bad {
