@@ -16,6 +16,8 @@ missing=()
 for tool in "${!pkg[@]}"; do
     command -v "$tool" >/dev/null || missing+=("${pkg[$tool]}")
 done
+# A library, not a tool: the start-up rows' reference preload.
+ls /usr/lib/*-linux-gnu/libeatmydata.so.1 >/dev/null 2>&1 || missing+=(libeatmydata1)
 if [ ${#missing[@]} -gt 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) ||
         echo "bench: could not install ${missing[*]}; those columns will say why" >&2

@@ -4,6 +4,11 @@
 //! `pipe`: write 4096 bytes into a pipe, then read them back, N times.
 //! `random`: 4 KiB preads at pseudo-random page-aligned offsets over the whole file
 //! (meant for a cold file). Offsets come from a fixed-seed xorshift, so runs repeat.
+//! `sequential`: 4 KiB preads walking the first 64 MiB of a file in order, cycling, after a
+//! warm-up pass (a cached sequential stream). `reads`: the same with read(), back to the
+//! start with lseek at the end of the region. `open`: open, read (up to 4 KiB) and close
+//! each of the files of a directory, in name order, N times over (an interpreter importing
+//! modules, a compiler reading headers), after a warm-up pass; ops counts the opens.
 //!
 //! Output (one JSON line): {"mode":"cached","ops":N,"seconds":f,"ns_per_op":f}
 
@@ -38,6 +43,30 @@ enum Mode {
         /// Number of write+read round trips
         #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
         ops: u64,
+    },
+    /// 4 KiB preads walking the first 64 MiB of FILE in order, cycling, after caching it
+    Sequential {
+        /// File to read (only its first 64 MiB)
+        file: PathBuf,
+        /// Number of preads
+        #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+        ops: u64,
+    },
+    /// The same with read(), and lseek back to the start at the end of the 64 MiB
+    Reads {
+        /// File to read (only its first 64 MiB)
+        file: PathBuf,
+        /// Number of reads
+        #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+        ops: u64,
+    },
+    /// Open, read and close every file of DIR, in name order, PASSES times over
+    Open {
+        /// Directory of small files
+        dir: PathBuf,
+        /// Passes over the directory's files
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        passes: u64,
     },
     /// Random 4 KiB preads over the whole of FILE (meant for a cold file)
     Random {
@@ -75,11 +104,72 @@ fn preads(fd: i32, pages: u64, ops: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// Opens, reads up to 4 KiB of and closes each of `paths`, `passes` times: the opens.
+fn opens(paths: &[std::ffi::CString], passes: u64) -> Result<u64, String> {
+    let mut buf = [0u8; PAGE as usize];
+    for _ in 0..passes {
+        for p in paths {
+            // SAFETY: `p` is a NUL-terminated path that open only reads.
+            let fd = unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            check(fd as isize, "open")?;
+            // SAFETY: `buf` is a live local of `buf.len()` bytes, which is all read writes.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            // SAFETY: `fd` was just opened here and is closed once.
+            unsafe { libc::close(fd) };
+            check(n, "read")?;
+        }
+    }
+    Ok(passes * paths.len() as u64)
+}
+
+/// `ops` 4 KiB reads walking the first `pages` pages of `fd` in order, cycling: with
+/// pread, or with read and an lseek back to the start at the end.
+fn walk(fd: i32, pages: u64, ops: u64, plain_read: bool) -> Result<(), String> {
+    let mut buf = [0u8; PAGE as usize];
+    let mut p = 0;
+    for _ in 0..ops {
+        let n = if plain_read {
+            if p == 0 {
+                // SAFETY: lseek on an fd this program opened; no memory involved.
+                let r = unsafe { libc::lseek(fd, 0, libc::SEEK_SET) };
+                check(r as isize, "lseek")?;
+            }
+            // SAFETY: `buf` is a live local of `buf.len()` bytes, which is all read writes.
+            unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }
+        } else {
+            let off = (p * PAGE) as libc::off_t;
+            // SAFETY: `buf` is a live local of `buf.len()` bytes, which is all pread writes.
+            unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off) }
+        };
+        check(n, "read")?;
+        p = (p + 1) % pages;
+    }
+    Ok(())
+}
+
 fn run(mode: &Mode) -> Result<(&'static str, u64, f64), String> {
+    if let Mode::Open { dir, passes } = mode {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        names.sort();
+        let paths: Vec<_> = names
+            .iter()
+            .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok())
+            .collect();
+        opens(&paths, 1)?;
+        let t = Instant::now();
+        let n = opens(&paths, *passes)?;
+        return Ok(("open", n, t.elapsed().as_secs_f64()));
+    }
     let (name, file, ops) = match mode {
         Mode::Cached { file, ops } => ("cached", Some(file), *ops),
+        Mode::Sequential { file, ops } => ("sequential", Some(file), *ops),
+        Mode::Reads { file, ops } => ("reads", Some(file), *ops),
         Mode::Random { file, ops } => ("random", Some(file), *ops),
         Mode::Pipe { ops } => ("pipe", None, *ops),
+        Mode::Open { .. } => unreachable!("handled above"),
     };
     let Some(path) = file else {
         let mut fds = [0; 2];
@@ -110,16 +200,16 @@ fn run(mode: &Mode) -> Result<(&'static str, u64, f64), String> {
         .metadata()
         .map_err(|e| format!("{}: {e}", path.display()))?
         .len();
-    let span = if name == "cached" {
-        size.min(REGION)
-    } else {
+    let span = if name == "random" {
         size
+    } else {
+        size.min(REGION)
     };
     let pages = span.div_ceil(PAGE);
     if pages == 0 {
         return Err(format!("{}: empty file", path.display()));
     }
-    if name == "cached" {
+    if name != "random" {
         let mut buf = [0u8; PAGE as usize];
         for p in 0..pages {
             let off = (p * PAGE) as libc::off_t;
@@ -131,7 +221,11 @@ fn run(mode: &Mode) -> Result<(&'static str, u64, f64), String> {
         }
     }
     let t = Instant::now();
-    preads(f.as_raw_fd(), pages, ops)?;
+    match name {
+        "sequential" => walk(f.as_raw_fd(), pages, ops, false)?,
+        "reads" => walk(f.as_raw_fd(), pages, ops, true)?,
+        _ => preads(f.as_raw_fd(), pages, ops)?,
+    }
     Ok((name, ops, t.elapsed().as_secs_f64()))
 }
 

@@ -8,7 +8,9 @@
 #
 #   scripts/hook-cost.sh [-n N] [LIB.so ...]     (default: target/release/libdropbehind.so)
 #
-# Kinds: seq (4 KiB preads walking a cached 64 MiB file, cycling), seq-uncached (the same
+# Kinds: seq-window and read-window (the hot path alone: 4 KiB preads, or reads, continuing
+# a cached stream inside its first 2 MiB window, 150 vs 300 calls whatever -n says),
+# seq (4 KiB preads walking a cached 64 MiB file, cycling), seq-uncached (the same
 # stream when its reads become RWF_DONTCACHE), read (the same with read()), rand (4 KiB
 # preads at random offsets), stride (every 100th page), small (a 64 KiB file, which the
 # shim leaves alone), pipe (1-byte write and read on a pipe, per call), write (4 KiB
@@ -57,7 +59,7 @@ int main(int argc, char **argv) {
     struct stat st;
     if (fd < 0 || fstat(fd, &st)) return 1;
     long pages = st.st_size / 4096, off = 0;
-    int rd = !strcmp(kind, "read"), seq = !strncmp(kind, "seq", 3);
+    int rd = !strncmp(kind, "read", 4), seq = !strncmp(kind, "seq", 3);
     int stride = !strcmp(kind, "stride"), rnd = !strcmp(kind, "rand");
     unsigned long x = 88172645463325252UL;
     for (long i = 0; i < n; i++) {
@@ -91,16 +93,17 @@ ir() {
 for lib in "$@"; do
     lib=$(realpath "$lib")
     echo "instructions added per call by $lib (N=$N, callgrind):"
-    for kind in seq seq-uncached read rand stride small pipe write; do
-        file=$TMP/big backend=auto
+    for kind in seq-window read-window seq seq-uncached read rand stride small pipe write; do
+        file=$TMP/big backend=auto n=$N
         case $kind in
+        *-window) backend=fadvise n=150 ;;
         seq | read) backend=fadvise ;;
         small) file=$TMP/small ;;
         write) file=$TMP/out ;;
         esac
-        a1=$(ir "" "$backend" "$kind" "$N" "$file"); a2=$(ir "" "$backend" "$kind" $((2 * N)) "$file")
-        b1=$(ir "$lib" "$backend" "$kind" "$N" "$file"); b2=$(ir "$lib" "$backend" "$kind" $((2 * N)) "$file")
-        awk -v k="$kind" -v a1="$a1" -v a2="$a2" -v b1="$b1" -v b2="$b2" -v n="$N" 'BEGIN {
+        a1=$(ir "" "$backend" "$kind" "$n" "$file"); a2=$(ir "" "$backend" "$kind" $((2 * n)) "$file")
+        b1=$(ir "$lib" "$backend" "$kind" "$n" "$file"); b2=$(ir "$lib" "$backend" "$kind" $((2 * n)) "$file")
+        awk -v k="$kind" -v a1="$a1" -v a2="$a2" -v b1="$b1" -v b2="$b2" -v n="$n" 'BEGIN {
             base = (a2 - a1) / n; with = (b2 - b1) / n
             printf "  %-13s %6.1f  (the program alone: %.1f per call)\n", k, with - base, base }'
     done

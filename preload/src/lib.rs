@@ -11,7 +11,8 @@
 //!   streams), `mapwatch` (samples big file mappings), `dirprefetch` (inodes of big cold
 //!   directories);
 //! - `stats` and `log`: the exit report and the opt-in log;
-//! - `unwind`: the unwinder (libgcc_s), loaded on the first panic instead of at start.
+//! - `unwind`: the unwinder (libgcc_s), loaded on the first panic instead of at start;
+//! - `lazy`: the stubs through which libc functions are bound on first call (build.rs).
 
 // The unit-test build leaves the hooks out (see below), and with them the only callers of
 // much of the engine.
@@ -35,6 +36,10 @@ mod stats;
 // Not in the unit-test binary either: it links the unwinder as usual.
 #[cfg(not(test))]
 mod unwind;
+
+// Nor these: only the library is linked with the renaming they stand in for.
+#[cfg(not(test))]
+mod lazy;
 
 // Not in the unit-test binary: its exported read/write would replace the test harness's own.
 #[cfg(not(test))]

@@ -9,8 +9,11 @@ static LEVEL: AtomicU8 = AtomicU8::new(LogLevel::Off as u8);
 static FD: AtomicI32 = AtomicI32::new(2);
 
 pub fn init(level: LogLevel, fd: i32) {
-    LEVEL.store(level as u8, Ordering::Relaxed);
-    FD.store(fd, Ordering::Relaxed);
+    // The defaults are there already: storing them again would copy a page at every start.
+    if level != LogLevel::Off || fd != 2 {
+        LEVEL.store(level as u8, Ordering::Relaxed);
+        FD.store(fd, Ordering::Relaxed);
+    }
 }
 
 pub fn enabled(level: LogLevel) -> bool {

@@ -1,9 +1,18 @@
 //! The real functions behind the hooks, resolved once with dlsym(RTLD_NEXT).
 //!
-//! The constructor resolves every symbol. A hook that runs earlier (another library's
-//! constructor) resolves its own symbol on the spot; while a resolution is under way on this
-//! thread (dlsym may allocate, and an allocator may read a file), `get` answers `None` and
-//! the hook falls back to the raw syscall.
+//! Each symbol is resolved on its hook's first call, not in the constructor: a dlsym costs
+//! about 880 instructions, and resolving all 76 at start was half of what the library added
+//! to every exec (67k instructions; most programs call a handful of the hooks, and `true`
+//! none). After that first call a hook pays one load of the resolved address, never a dlsym:
+//! a missing symbol is remembered too. While a resolution is under way on this thread
+//! (dlsym may allocate, and an allocator may read a file), `get` answers `None` and the hook
+//! falls back to the raw syscall (or ENOSYS where no syscall stands in).
+//!
+//! The first call of a hook may thus come from a signal handler. dlsym there takes the
+//! loader's lock, which is recursive (a handler interrupting the loader on the same thread
+//! gets it), and allocates or frees only to keep a failure's message (a symbol is missing,
+//! or an earlier dl call failed unread): the allocator's lock is not taken when the symbol
+//! is found.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -47,7 +56,17 @@ impl<F: Copy> Real<F> {
         Some(unsafe { std::mem::transmute_copy::<usize, F>(&a) })
     }
 
+    /// The real function if it is resolved already: no call, so that a hook's fast path can
+    /// tail-call it.
+    #[inline(always)]
+    pub fn ready(&self) -> Option<F> {
+        let a = self.addr.load(Ordering::Acquire);
+        // SAFETY: as in `get`.
+        (a > MISSING).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&a) })
+    }
+
     #[cold]
+    #[inline(never)]
     pub fn resolve(&self) -> usize {
         let busy = RESOLVING.try_with(|r| r.replace(true)).unwrap_or(true);
         if busy {
@@ -119,27 +138,11 @@ pub fn enosys<T: Failure>() -> T {
     T::failure()
 }
 
-pub trait Resolve {
-    fn resolve_now(&self);
-}
-
-impl<F: Copy> Resolve for Real<F> {
-    fn resolve_now(&self) {
-        if self.addr.load(Ordering::Acquire) == UNRESOLVED {
-            self.resolve();
-        }
-    }
-}
-
 macro_rules! reals {
     ($($id:ident = $name:literal : fn($($a:ty),*) -> $r:ty;)*) => {
         $(
             pub static $id: Real<unsafe extern "C" fn($($a),*) -> $r> = Real::new($name);
         )*
-        /// Resolves every real symbol (called from the constructor).
-        pub fn resolve_all() {
-            $( $id.resolve_now(); )*
-        }
     };
 }
 
@@ -187,8 +190,6 @@ reals! {
     LSEEK64 = c"lseek64": fn(c_int, off_t, c_int) -> off_t;
     FTRUNCATE = c"ftruncate": fn(c_int, off_t) -> c_int;
     FTRUNCATE64 = c"ftruncate64": fn(c_int, off_t) -> c_int;
-    FSYNC = c"fsync": fn(c_int) -> c_int;
-    FDATASYNC = c"fdatasync": fn(c_int) -> c_int;
     COPY_FILE_RANGE = c"copy_file_range": fn(c_int, *mut loff_t, c_int, *mut loff_t, size_t, c_uint) -> ssize_t;
     SENDFILE = c"sendfile": fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
     SENDFILE64 = c"sendfile64": fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
@@ -211,7 +212,6 @@ reals! {
     FWRITE_UNLOCKED = c"fwrite_unlocked": fn(*const c_void, size_t, size_t, *mut FILE) -> size_t;
     FPUTS = c"fputs": fn(*const c_char, *mut FILE) -> c_int;
     FPUTS_UNLOCKED = c"fputs_unlocked": fn(*const c_char, *mut FILE) -> c_int;
-    FFLUSH = c"fflush": fn(*mut FILE) -> c_int;
     OPENDIR = c"opendir": fn(*const c_char) -> *mut libc::DIR;
     FDOPENDIR = c"fdopendir": fn(c_int) -> *mut libc::DIR;
     CLOSEDIR = c"closedir": fn(*mut libc::DIR) -> c_int;

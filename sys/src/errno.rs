@@ -17,12 +17,14 @@ impl std::fmt::Display for Errno {
     }
 }
 
+#[inline]
 pub fn get() -> i32 {
     // SAFETY: kernel-checked in spirit: glibc's errno location is valid for the calling
     // thread for its whole life.
     unsafe { *libc::__errno_location() }
 }
 
+#[inline]
 pub fn set(e: i32) {
     // SAFETY: as in `get`.
     unsafe { *libc::__errno_location() = e }
@@ -33,12 +35,14 @@ pub struct ErrnoGuard(i32);
 
 impl ErrnoGuard {
     #[allow(clippy::new_without_default)]
+    #[inline]
     pub fn new() -> ErrnoGuard {
         ErrnoGuard(get())
     }
 }
 
 impl Drop for ErrnoGuard {
+    #[inline]
     fn drop(&mut self) {
         set(self.0)
     }

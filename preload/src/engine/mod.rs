@@ -25,18 +25,21 @@ pub use dir::{directory_closing, directory_opened};
 pub use files::dontcache_refused;
 pub use files::may_manage;
 pub use map::{Mapping, Pages, mapped, unmapped, unmapping};
-pub use read::{ReadTicket, after_read, before_read, seeked};
+pub use read::{ReadPath, ReadTicket, after_fast_read, after_read, before_read, read_path, seeked};
 pub use stdio::{
     stdio_after_read, stdio_after_write, stdio_before_read, stdio_before_write, stdio_closing,
 };
-pub use write::{WriteTicket, after_write, before_write, truncating};
+pub use write::{
+    WritePath, WriteTicket, after_fast_write, after_write, before_write, truncating, write_path,
+};
 
 use crate::config::{Backend, Config, StatsSink};
 use crate::policy::Params;
 use crate::{entry, fdtable, stats};
+use std::cell::UnsafeCell;
 use std::ffi::CString;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 pub struct Engine {
     pub cfg: Config,
@@ -44,23 +47,73 @@ pub struct Engine {
     exclude: Vec<CString>,
 }
 
-static ENGINE: OnceLock<Engine> = OnceLock::new();
+/// The engine, written once by the constructor. Not a `OnceLock`, whose initial state is
+/// not all zeroes: that put it in the data segment, and installing it copied that page
+/// (after faulting it in to read it) and faulted in `Once`'s code, at every start. This one
+/// starts as zeroes, in .bss.
+struct EngineCell {
+    /// EMPTY, WRITING (the constructor is installing it) or READY.
+    state: AtomicU8,
+    value: UnsafeCell<MaybeUninit<Engine>>,
+}
+
+const EMPTY: u8 = 0;
+const WRITING: u8 = 1;
+const READY: u8 = 2;
+
+// SAFETY: `value` is written only by the one caller of `install` that moved `state` from
+// EMPTY to WRITING, before it stores READY (Release); it is read only after `get` loaded
+// READY (Acquire), and never written again.
+unsafe impl Sync for EngineCell {}
+
+static ENGINE: EngineCell = EngineCell {
+    state: AtomicU8::new(EMPTY),
+    value: UnsafeCell::new(MaybeUninit::uninit()),
+};
+
+impl EngineCell {
+    #[inline]
+    fn get(&self) -> Option<&Engine> {
+        if self.state.load(Ordering::Acquire) != READY {
+            return None;
+        }
+        // SAFETY: READY is stored only after `value` was written (see `Sync` above).
+        Some(unsafe { (*self.value.get()).assume_init_ref() })
+    }
+
+    fn set(&self, e: Engine) -> bool {
+        if self
+            .state
+            .compare_exchange(EMPTY, WRITING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // SAFETY: this caller alone moved `state` to WRITING: nobody else writes `value`,
+        // and nobody reads it before READY.
+        unsafe { (*self.value.get()).write(e) };
+        self.state.store(READY, Ordering::Release);
+        true
+    }
+}
 
 /// Installs the configuration (constructor only). Returns false if already installed.
+#[inline]
 pub fn install(cfg: Config) -> bool {
-    let exclude = cfg
-        .exclude
-        .iter()
-        .filter_map(|g| CString::new(g.as_str()).ok())
-        .collect();
+    let exclude = if cfg.exclude.is_empty() {
+        Vec::new()
+    } else {
+        cfg.exclude
+            .iter()
+            .filter_map(|g| CString::new(g.as_str()).ok())
+            .collect()
+    };
     let params = Params::new(cfg.window);
-    ENGINE
-        .set(Engine {
-            cfg,
-            params,
-            exclude,
-        })
-        .is_ok()
+    ENGINE.set(Engine {
+        cfg,
+        params,
+        exclude,
+    })
 }
 
 /// Set for good when the program sandboxes itself (see hooks/process.rs).

@@ -24,6 +24,77 @@ pub struct ReadTicket {
     off: u64,
 }
 
+impl ReadTicket {
+    /// The offset read.
+    #[inline(always)]
+    pub fn off(&self) -> u64 {
+        self.off
+    }
+
+    /// The ticket `before_read` gives a read `read_path` sent the hot way, from its offset.
+    #[inline(always)]
+    pub fn fast(off: u64, dontcache: bool) -> ReadTicket {
+        ReadTicket {
+            tracked: true,
+            dontcache,
+            fast: true,
+            small: false,
+            off,
+        }
+    }
+}
+
+/// Which way a read hook goes, decided before the real call.
+pub enum ReadPath {
+    /// Not a file the shim manages (or beyond the table): the real call is all there is.
+    Through,
+    /// The hot path with the ticket `before_read` would give: the real call (replaced for an
+    /// uncached stream), then `after_fast_read`.
+    Fast(ReadTicket),
+    /// Everything else: `before_read`, the call it asks for, `after_read`.
+    Full,
+}
+
+/// The read hooks' first question, answered with a few loads and no call, so that the two
+/// common answers cost a hook no frame: a pass-through is a tail call. The same answer as
+/// `before_read` for the same slot state.
+#[inline(always)]
+pub fn read_path(fd: i32, off: Option<u64>) -> ReadPath {
+    let Some(slot) = fdtable::slot(fd) else {
+        return ReadPath::Through;
+    };
+    match slot.state() {
+        Managed::Ignored => ReadPath::Through,
+        Managed::Tracked => match fast_read_ticket(slot, off) {
+            Some(t) => ReadPath::Fast(t),
+            None => ReadPath::Full,
+        },
+        _ => ReadPath::Full,
+    }
+}
+
+/// After a cached read `read_path` sent the hot way returned `ret` (`asked`: the bytes
+/// asked for, needed only off the hot path): `after_read` with that ticket, without it.
+#[inline(always)]
+pub fn after_fast_read(fd: i32, off: u64, asked: impl FnOnce() -> usize, ret: isize) {
+    if ret < 0 {
+        return;
+    }
+    if ret > 0
+        && let Some(slot) = fdtable::slot(fd)
+    {
+        let end = off + ret as u64;
+        let mode = slot.fast_read.load(Ordering::Acquire);
+        if mode == Hot::Random
+            || (mode != Hot::None && end < slot.fast_read_until.load(Ordering::Relaxed))
+        {
+            slot.fast_read_next.store(end, Ordering::Release);
+            return;
+        }
+    }
+    slow_after_read(fd, ReadTicket::fast(off, false), asked(), ret);
+}
+
 /// Before a read at `off` (`None`: at the file position).
 #[inline]
 pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {

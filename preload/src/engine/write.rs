@@ -16,6 +16,49 @@ pub struct WriteTicket {
     off: u64,
 }
 
+/// Which way a write hook goes, decided before the real call (as `ReadPath`).
+pub enum WritePath {
+    /// Not a file the shim manages (or beyond the table): the real call is all there is.
+    Through,
+    /// The hot path of a write at this offset: the real call, then `after_fast_write`.
+    Fast(u64),
+    /// Everything else: `before_write`, the call, `after_write`.
+    Full,
+}
+
+/// The write hooks' first question, as `read_path`: the same answer as `before_write`.
+#[inline(always)]
+pub fn write_path(fd: i32, off: Option<u64>) -> WritePath {
+    let Some(slot) = fdtable::slot(fd) else {
+        return WritePath::Through;
+    };
+    match slot.state() {
+        Managed::Ignored => WritePath::Through,
+        Managed::Tracked if slot.fast_write.load(Ordering::Acquire) != Hot::None => {
+            let next = slot.fast_write_next.load(Ordering::Relaxed);
+            let off = off.unwrap_or(next);
+            if off == next {
+                WritePath::Fast(off)
+            } else {
+                WritePath::Full
+            }
+        }
+        _ => WritePath::Full,
+    }
+}
+
+/// After a write `write_path` sent the hot way returned `ret`: `after_write` with the
+/// ticket `before_write` would have given.
+#[inline(always)]
+pub fn after_fast_write(fd: i32, off: u64, ret: isize) {
+    let t = WriteTicket {
+        tracked: true,
+        fast: true,
+        off,
+    };
+    after_write(fd, t, ret);
+}
+
 /// Before a write at `off` (`None`: at the file position, or the end with O_APPEND).
 #[inline]
 pub fn before_write(fd: i32, off: Option<u64>) -> WriteTicket {

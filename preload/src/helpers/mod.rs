@@ -29,9 +29,15 @@ atomic_enum! {
     }
 }
 
+/// A thread name's longest (the kernel keeps 15 bytes).
+const NAME_MAX: usize = 15;
+
 /// One helper thread's lifecycle.
 pub struct Helper {
-    name: &'static str,
+    /// The thread's name, in place: a pointer in this static would be relocated at every
+    /// start, copying its page of the data segment.
+    name: [u8; NAME_MAX],
+    name_len: u8,
     stack: usize,
     run: AtomicRun,
     /// Bumped by every wake-up: the futex the thread sleeps on.
@@ -42,8 +48,20 @@ pub struct Helper {
 
 impl Helper {
     pub const fn new(name: &'static str, stack: usize) -> Helper {
+        let bytes = name.as_bytes();
+        assert!(
+            bytes.len() <= NAME_MAX,
+            "a helper's name fits a thread name"
+        );
+        let mut buf = [0u8; NAME_MAX];
+        let mut i = 0;
+        while i < bytes.len() {
+            buf[i] = bytes[i];
+            i += 1;
+        }
         Helper {
-            name,
+            name: buf,
+            name_len: bytes.len() as u8,
             stack,
             run: AtomicRun::new(Run::NotStarted),
             wake: AtomicU32::new(0),
@@ -63,7 +81,9 @@ impl Helper {
             return false;
         }
         self.exited.store(false, SeqCst);
-        let started = thread::spawn_detached(self.name, self.stack, move || {
+        let name =
+            std::str::from_utf8(&self.name[..self.name_len as usize]).unwrap_or("dropbehind");
+        let started = thread::spawn_detached(name, self.stack, move || {
             body();
             self.exited.store(true, SeqCst);
         });

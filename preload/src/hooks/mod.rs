@@ -21,27 +21,25 @@ mod stdio;
 mod write;
 
 use crate::config::{self, Backend};
-use crate::{engine, entry, log, real};
+use crate::{engine, entry, log};
 
-/// The constructor: resolve real symbols, read the environment, install the engine.
+/// The constructor: read the environment, install the engine. Real symbols are resolved
+/// on each hook's first call (see `real`).
 extern "C" fn init() {
     entry::inside((), || {
-        real::resolve_all();
         // Panics are contained at every entry point; the default hook would still print
         // them on the program's stderr. This is the library's own std: the program's hook
         // is its own.
         std::panic::set_hook(Box::new(|info| crate::debug!("internal panic: {info}")));
         // A setuid program (the library given by /etc/ld.so.preload) must not let its
         // caller's environment choose files to append to or fds to write to: defaults only.
-        // SAFETY: getauxval only reads the auxiliary vector the kernel gave the process.
-        let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
-        let (cfg, bad) = config::from_lookup(|name| {
-            if secure {
-                None
-            } else {
-                std::env::var(name).ok()
-            }
-        });
+        // Most processes set none of the variables: one pass over the environment then
+        // spares a getenv (under std's lock, with a copy of the name) for each of them.
+        let ours = environment_has(b"DROPBEHIND_")
+            // SAFETY: getauxval only reads the auxiliary vector the kernel gave the process.
+            && unsafe { libc::getauxval(libc::AT_SECURE) } == 0;
+        let (cfg, bad) =
+            config::from_lookup(|name| if ours { std::env::var(name).ok() } else { None });
         for b in &bad {
             let default = config::variable(b.name).default;
             log::line_to(
@@ -64,6 +62,27 @@ extern "C" fn init() {
             unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
         }
     })
+}
+
+/// Whether some environment variable's name starts with `prefix` (read as getenv reads it).
+fn environment_has(prefix: &[u8]) -> bool {
+    unsafe extern "C" {
+        static environ: *const *const libc::c_char;
+    }
+    // SAFETY: environ is null or a null-terminated array of NUL-terminated strings (the
+    // constructor runs before the program could change it from another thread); each string
+    // is read no further than its first byte that differs from `prefix`, at worst its NUL.
+    unsafe {
+        let mut e = environ;
+        while !e.is_null() && !(*e).is_null() {
+            let v = (*e).cast::<u8>();
+            if prefix.iter().enumerate().all(|(i, &b)| *v.add(i) == b) {
+                return true;
+            }
+            e = e.add(1);
+        }
+    }
+    false
 }
 
 extern "C" fn after_fork_child() {

@@ -1,7 +1,7 @@
 //! read and its relatives. A sequential stream's reads may become preadv2(RWF_DONTCACHE):
 //! same bytes, same file position, same errors.
 
-use crate::engine::{self, ReadTicket};
+use crate::engine::{self, ReadPath, ReadTicket};
 use crate::real;
 use crate::sys::errno::{get as errno, set as set_errno};
 use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
@@ -25,6 +25,7 @@ fn iov_len(iov: *const iovec, cnt: c_int) -> usize {
 /// The uncached read. If it fails for any reason but an interruption, the read is done the
 /// ordinary way and that result (and errno) is what the program sees: the kernel may refuse
 /// RWF_DONTCACHE after all (another filesystem behind a bind mount, a seccomp filter).
+#[inline(always)]
 fn read_uncached(
     fd: c_int,
     iov: *const iovec,
@@ -60,6 +61,7 @@ fn read_uncached(
 }
 
 /// The single-buffer reads, uncached when the ticket says so and the count allows.
+#[inline(always)]
 fn read_one(
     t: ReadTicket,
     fd: c_int,
@@ -81,6 +83,7 @@ fn read_one(
     ret
 }
 
+#[inline(always)]
 fn read_vec(
     t: ReadTicket,
     fd: c_int,
@@ -101,57 +104,98 @@ fn read_vec(
     ret
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    let t = engine::before_read(fd, None);
-    read_one(
-        t,
-        fd,
-        buf,
-        n,
-        -1,
-        || call_real!(READ(fd, buf, n) or syscall(libc::SYS_read, fd, buf, n)),
-    )
+/// One read hook, in parts, so that the common cases cost the least: the exported body only
+/// decides, with a few loads and no frame (`engine::read_path`), and tail-calls the real
+/// function where the shim has nothing to do, `fast` for a cached stream's hot path,
+/// `uncached` for an uncached stream's, or `full`, the engine's whole path.
+/// - `= REAL or (FALLBACK)`: the real function and `call_real!`'s fallback;
+/// - `through if`: calls the engine never sees (besides fds it does not manage);
+/// - `at`: the offset read (`None`: the file position); `asked`: the bytes asked for;
+/// - `ticket t => ...`: the read as the ticket `t` says.
+macro_rules! hook {
+    (
+        $name:ident($fd:ident: c_int $(, $a:ident: $t:ty)*) = $real:ident or ($($fb:tt)+);
+        through if $through:expr;
+        at $at:expr, asked $asked:expr;
+        ticket $tk:ident => $with_ticket:expr;
+    ) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
+            /// The real call while the symbol is not resolved yet (or missing).
+            #[cold]
+            #[inline(never)]
+            extern "C" fn unresolved($fd: c_int $(, $a: $t)*) -> ssize_t {
+                call_real!($real($fd $(, $a)*) or $($fb)+)
+            }
+            /// The real call: resolved, a plain (tail) call of it.
+            #[inline(always)]
+            fn call($fd: c_int $(, $a: $t)*) -> ssize_t {
+                match real::$real.ready() {
+                    // SAFETY: as in `call_real!`: glibc's function of this signature, with
+                    // the program's own arguments.
+                    Some(f) => unsafe { f($fd $(, $a)*) },
+                    None => unresolved($fd $(, $a)*),
+                }
+            }
+            #[inline(always)]
+            fn with_ticket($tk: ReadTicket, $fd: c_int $(, $a: $t)*) -> ssize_t {
+                $with_ticket
+            }
+            // These three are extern "C" (they cannot unwind, like the hook), so that the
+            // calls to them are tail calls.
+            #[inline(never)]
+            extern "C" fn full($fd: c_int $(, $a: $t)*) -> ssize_t {
+                with_ticket(engine::before_read($fd, $at), $fd $(, $a)*)
+            }
+            /// The hot path of an uncached stream (`off`: the ticket's): its read replaced.
+            #[inline(never)]
+            extern "C" fn uncached($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
+                with_ticket(ReadTicket::fast(off, true), $fd $(, $a)*)
+            }
+            /// The hot path: the real call, then the stream's new position.
+            #[inline(never)]
+            extern "C" fn fast($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
+                let ret = call($fd $(, $a)*);
+                engine::after_fast_read($fd, off, || $asked, ret);
+                ret
+            }
+            if $through {
+                return call($fd $(, $a)*);
+            }
+            match engine::read_path($fd, $at) {
+                ReadPath::Through => call($fd $(, $a)*),
+                ReadPath::Fast(t) if !t.dontcache => fast($fd $(, $a)*, t.off()),
+                ReadPath::Fast(t) => uncached($fd $(, $a)*, t.off()),
+                ReadPath::Full => full($fd $(, $a)*),
+            }
+        }
+    };
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __read_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    buflen: size_t,
-) -> ssize_t {
-    // An overflowing request goes to the real function, which reports it.
-    let t = if n <= buflen {
-        engine::before_read(fd, None)
-    } else {
-        ReadTicket::default()
-    };
-    read_one(
-        t,
-        fd,
-        buf,
-        n,
-        -1,
-        || call_real!(READ_CHK(fd, buf, n, buflen) or enosys),
-    )
+hook! {
+    read(fd: c_int, buf: *mut c_void, n: size_t) = READ
+        or (syscall(libc::SYS_read, fd, buf, n));
+    through if false;
+    at None, asked n;
+    ticket t => read_one(t, fd, buf, n, -1, || call(fd, buf, n));
+}
+
+// An overflowing request goes to the real function, which reports it.
+hook! {
+    __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) = READ_CHK or (enosys);
+    through if n > buflen;
+    at None, asked n;
+    ticket t => read_one(t, fd, buf, n, -1, || call(fd, buf, n, buflen));
 }
 
 macro_rules! pread_hook {
     ($name:ident, $real:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            fd: c_int,
-            buf: *mut c_void,
-            n: size_t,
-            off: off_t,
-        ) -> ssize_t {
-            let t = if off >= 0 {
-                engine::before_read(fd, Some(off as u64))
-            } else {
-                ReadTicket::default()
-            };
-            read_one(t, fd, buf, n, off, || call_real!($real(fd, buf, n, off) or syscall(libc::SYS_pread64, fd, buf, n, off)))
+        hook! {
+            $name(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) = $real
+                or (syscall(libc::SYS_pread64, fd, buf, n, off));
+            through if off < 0;
+            at Some(off as u64), asked n;
+            ticket t => read_one(t, fd, buf, n, off, || call(fd, buf, n, off));
         }
     };
 }
@@ -160,84 +204,49 @@ pread_hook!(pread64, PREAD64);
 
 macro_rules! pread_chk_hook {
     ($name:ident, $real:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            fd: c_int,
-            buf: *mut c_void,
-            n: size_t,
-            off: off_t,
-            buflen: size_t,
-        ) -> ssize_t {
-            let ok = off >= 0 && n <= buflen;
-            let t = if ok {
-                engine::before_read(fd, Some(off as u64))
-            } else {
-                ReadTicket::default()
-            };
-            read_one(t, fd, buf, n, off, || call_real!($real(fd, buf, n, off, buflen) or enosys))
+        hook! {
+            $name(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) = $real
+                or (enosys);
+            through if off < 0 || n > buflen;
+            at Some(off as u64), asked n;
+            ticket t => read_one(t, fd, buf, n, off, || call(fd, buf, n, off, buflen));
         }
     };
 }
 pread_chk_hook!(__pread_chk, PREAD_CHK);
 pread_chk_hook!(__pread64_chk, PREAD64_CHK);
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    let t = engine::before_read(fd, None);
-    read_vec(
-        t,
-        fd,
-        iov,
-        cnt,
-        -1,
-        0,
-        || call_real!(READV(fd, iov, cnt) or syscall(libc::SYS_readv, fd, iov, cnt)),
-    )
+hook! {
+    readv(fd: c_int, iov: *const iovec, cnt: c_int) = READV
+        or (syscall(libc::SYS_readv, fd, iov, cnt));
+    through if false;
+    at None, asked iov_len(iov, cnt);
+    ticket t => read_vec(t, fd, iov, cnt, -1, 0, || call(fd, iov, cnt));
 }
 
 macro_rules! preadv_hook {
     ($name:ident, $real:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            fd: c_int,
-            iov: *const iovec,
-            cnt: c_int,
-            off: off_t,
-        ) -> ssize_t {
-            let t = if off >= 0 {
-                engine::before_read(fd, Some(off as u64))
-            } else {
-                ReadTicket::default()
-            };
-            read_vec(t, fd, iov, cnt, off, 0, || call_real!($real(fd, iov, cnt, off) or syscall(libc::SYS_preadv, fd, iov, cnt, off)))
+        hook! {
+            $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) = $real
+                or (syscall(libc::SYS_preadv, fd, iov, cnt, off));
+            through if off < 0;
+            at Some(off as u64), asked iov_len(iov, cnt);
+            ticket t => read_vec(t, fd, iov, cnt, off, 0, || call(fd, iov, cnt, off));
         }
     };
 }
 preadv_hook!(preadv, PREADV);
 preadv_hook!(preadv64, PREADV64);
 
+// offset -1: at the file position.
 macro_rules! preadv2_hook {
     ($name:ident, $real:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            fd: c_int,
-            iov: *const iovec,
-            cnt: c_int,
-            off: off_t,
-            flags: c_int,
-        ) -> ssize_t {
-            // offset -1: at the file position.
-            let at = if off == -1 {
-                None
-            } else {
-                u64::try_from(off).ok()
-            };
-            let t = if off >= -1 {
-                engine::before_read(fd, at)
-            } else {
-                ReadTicket::default()
-            };
-            read_vec(t, fd, iov, cnt, off, flags, || call_real!($real(fd, iov, cnt, off, flags) or enosys))
+        hook! {
+            $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) = $real
+                or (enosys);
+            through if off < -1;
+            at if off == -1 { None } else { Some(off as u64) }, asked iov_len(iov, cnt);
+            ticket t => read_vec(t, fd, iov, cnt, off, flags, || call(fd, iov, cnt, off, flags));
         }
     };
 }

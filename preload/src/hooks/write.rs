@@ -1,83 +1,102 @@
 //! write and its relatives: reported to the engine, which bounds a streaming writer's dirty
 //! and cached pages with windowed writeback. The write itself is never altered.
 
-use crate::engine::{self, WriteTicket};
+use crate::engine::{self, WritePath};
+use crate::real;
 use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
 
-fn finish(fd: c_int, t: WriteTicket, ret: ssize_t) -> ssize_t {
-    engine::after_write(fd, t, ret);
-    ret
+/// One write hook, in parts as the read hooks are (see hooks/read.rs): the exported body
+/// only decides (`engine::write_path`), and tail-calls the real function where the shim has
+/// nothing to do, `fast` for a stream's hot path or `full`, the engine's whole path. `at`:
+/// where the write lands (`None`: at the file position, or the end).
+macro_rules! hook {
+    (
+        $name:ident($fd:ident: c_int $(, $a:ident: $t:ty)*) = $real:ident or ($($fb:tt)+);
+        at $at:expr;
+    ) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
+            /// The real call while the symbol is not resolved yet (or missing).
+            #[cold]
+            #[inline(never)]
+            extern "C" fn unresolved($fd: c_int $(, $a: $t)*) -> ssize_t {
+                call_real!($real($fd $(, $a)*) or $($fb)+)
+            }
+            /// The real call: resolved, a plain (tail) call of it.
+            #[inline(always)]
+            fn call($fd: c_int $(, $a: $t)*) -> ssize_t {
+                match real::$real.ready() {
+                    // SAFETY: as in `call_real!`: glibc's function of this signature, with
+                    // the program's own arguments.
+                    Some(f) => unsafe { f($fd $(, $a)*) },
+                    None => unresolved($fd $(, $a)*),
+                }
+            }
+            // These two are extern "C" (they cannot unwind, like the hook), so that the
+            // calls to them are tail calls.
+            #[inline(never)]
+            extern "C" fn full($fd: c_int $(, $a: $t)*) -> ssize_t {
+                let t = engine::before_write($fd, $at);
+                let ret = call($fd $(, $a)*);
+                engine::after_write($fd, t, ret);
+                ret
+            }
+            /// The hot path: the real call, then the stream's new position.
+            #[inline(never)]
+            extern "C" fn fast($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
+                let ret = call($fd $(, $a)*);
+                engine::after_fast_write($fd, off, ret);
+                ret
+            }
+            match engine::write_path($fd, $at) {
+                WritePath::Through => call($fd $(, $a)*),
+                WritePath::Fast(o) => fast($fd $(, $a)*, o),
+                WritePath::Full => full($fd $(, $a)*),
+            }
+        }
+    };
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    let t = engine::before_write(fd, None);
-    let ret = call_real!(WRITE(fd, buf, n) or syscall(libc::SYS_write, fd, buf, n));
-    finish(fd, t, ret)
+hook! {
+    write(fd: c_int, buf: *const c_void, n: size_t) = WRITE
+        or (syscall(libc::SYS_write, fd, buf, n));
+    at None;
 }
 
 macro_rules! pwrite_hook {
     ($name:ident, $real:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            fd: c_int,
-            buf: *const c_void,
-            n: size_t,
-            off: off_t,
-        ) -> ssize_t {
-            let t = engine::before_write(fd, u64::try_from(off).ok());
-            let ret = call_real!($real(fd, buf, n, off) or enosys);
-            finish(fd, t, ret)
+        hook! {
+            $name(fd: c_int, buf: *const c_void, n: size_t, off: off_t) = $real or (enosys);
+            at u64::try_from(off).ok();
         }
     };
 }
 pwrite_hook!(pwrite, PWRITE);
 pwrite_hook!(pwrite64, PWRITE64);
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    let t = engine::before_write(fd, None);
-    let ret = call_real!(WRITEV(fd, iov, cnt) or enosys);
-    finish(fd, t, ret)
+hook! {
+    writev(fd: c_int, iov: *const iovec, cnt: c_int) = WRITEV or (enosys);
+    at None;
 }
 
 macro_rules! pwritev_hook {
     ($name:ident, $real:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            fd: c_int,
-            iov: *const iovec,
-            cnt: c_int,
-            off: off_t,
-        ) -> ssize_t {
-            let t = engine::before_write(fd, u64::try_from(off).ok());
-            let ret = call_real!($real(fd, iov, cnt, off) or enosys);
-            finish(fd, t, ret)
+        hook! {
+            $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) = $real or (enosys);
+            at u64::try_from(off).ok();
         }
     };
 }
 pwritev_hook!(pwritev, PWRITEV);
 pwritev_hook!(pwritev64, PWRITEV64);
 
+// offset -1: at the file position (RWF_APPEND: at the end; write_position knows).
 macro_rules! pwritev2_hook {
     ($name:ident, $real:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            fd: c_int,
-            iov: *const iovec,
-            cnt: c_int,
-            off: off_t,
-            flags: c_int,
-        ) -> ssize_t {
-            // offset -1: at the file position (RWF_APPEND: at the end; write_position knows).
-            let at = if flags & libc::RWF_APPEND != 0 {
-                None
-            } else {
-                u64::try_from(off).ok()
-            };
-            let t = engine::before_write(fd, at);
-            let ret = call_real!($real(fd, iov, cnt, off, flags) or enosys);
-            finish(fd, t, ret)
+        hook! {
+            $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) = $real
+                or (enosys);
+            at if flags & libc::RWF_APPEND != 0 { None } else { u64::try_from(off).ok() };
         }
     };
 }

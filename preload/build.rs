@@ -1,0 +1,45 @@
+//! Link-time settings of libdropbehind.so that decide what every process pays to load it.
+//!
+//! - `-Bsymbolic-functions`: the library's own references to the functions it exports (std
+//!   calling `read`, `write`, `close`... which are the hooks) are bound when linking, not by
+//!   a symbol lookup at every start: they would find the hooks anyway, the library being
+//!   loaded before libc.
+//! - Lazy binding of the libc functions in `lazy-bound.txt`: rustc calls imported functions
+//!   through the GOT, which the loader must fill at load time (about 850 instructions of
+//!   symbol lookup each, 58 of them: a third of what the library added to an exec of
+//!   /bin/true). Each listed function is renamed with `--wrap` to a local stub that jumps
+//!   through the PLT, and `-z lazy` lets the loader bind a PLT entry on its first call, as
+//!   it does for most programs. A process pays only for the functions it calls.
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-changed=lazy-bound.txt");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    let list = std::fs::read_to_string("lazy-bound.txt").expect("preload/lazy-bound.txt");
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let mut asm = String::new();
+    for name in list.lines().map(str::trim) {
+        if name.is_empty() || name.starts_with('#') {
+            continue;
+        }
+        let (ty, jump) = match arch.as_str() {
+            "x86_64" => ("@function", format!("jmp __real_{name}@PLT")),
+            "aarch64" => ("%function", format!("b __real_{name}")),
+            _ => return, // no stubs, no renaming: everything bound at load time
+        };
+        println!("cargo:rustc-cdylib-link-arg=-Wl,--wrap={name}");
+        writeln!(
+            asm,
+            ".section .text.__wrap_{name},\"ax\",%progbits\n.globl __wrap_{name}\n\
+             .hidden __wrap_{name}\n.type __wrap_{name}, {ty}\n__wrap_{name}:\n    {jump}\n\
+             .size __wrap_{name}, .-__wrap_{name}"
+        )
+        .unwrap();
+    }
+    if !asm.is_empty() {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-z,lazy");
+    }
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("lazy_stubs.s");
+    std::fs::write(out, asm).unwrap();
+}
