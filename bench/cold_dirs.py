@@ -13,7 +13,8 @@
 
 Cold means the slow disk's filesystem was unmounted and mounted again (its dentries,
 inodes, metadata buffers and block-device cache all go, and no other program's cache is
-touched), and the nbdfuse file behind the loop device evicted. Every run's output is
+touched), and the nbdfuse file behind the loop device evicted; with COLD_IMAGE=FILE also
+the image file nbdkit serves (as a global drop_caches would). Every run's output is
 compared with the first plain run's. Prints one JSON object per line. Needs root; take
 the timing lock around `floor` and `time` (flock /tmp/dropbehind-timing.lock ...).
 """
@@ -46,11 +47,18 @@ def mnt_of(sd):
 def cold(sd):
     mnt, loop = mnt_of(sd), loop_of(sd)
     sh(["umount", mnt])
-    fd = os.open(Path(sd, "fuse", "disk"), os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
+    files = [Path(sd, "fuse", "disk")]
+    if os.environ.get("COLD_IMAGE"):
+        # The image file behind nbdkit too: what a global drop_caches does (reads then pay
+        # this machine's own disk on top of the fixture's delay).
+        files.append(Path(os.environ["COLD_IMAGE"]))
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
     sh(["blockdev", "--flushbufs", loop])
-    sh(["mount", loop, mnt])
+    opts = Path(sd, "opts")  # a local-disk setup: mount options (e.g. ro,norecovery)
+    sh(["mount"] + (["-o", opts.read_text().strip()] if opts.exists() else []) + [loop, mnt])
     ra = Path(sd, "ra").read_text().strip() if Path(sd, "ra").exists() else "128"
     Path(f"/sys/block/{os.path.basename(loop)}/queue/read_ahead_kb").write_text(ra + "\n")
 
