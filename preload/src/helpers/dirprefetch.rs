@@ -65,6 +65,21 @@ const PROBE_COLD_US: u128 = 30;
 /// lookup and inode read; the 2 ms slow-disk fixture: 2.6 ms and more).
 const FAST_DEVICE_US: u128 = 1500;
 
+/// xfs on a slow device: lookups of names that are not there, spread evenly over the hash
+/// space, one per this many entries (a leaf block holds a few hundred).
+const XFS_LEAF_PROBE_EVERY: u64 = 64;
+
+/// xfs: inodes come from the device in clusters of 32 (v5: 8 KiB scaled by the inode size
+/// over 256 bytes; 16 on v4 with 512-byte inodes): a group of 16 consecutive inode numbers
+/// never spans two.
+const XFS_CLUSTER_SHIFT: u32 = 4;
+
+/// xfs on a slow device: the workers first stat one entry per inode cluster, so that a few
+/// thousand lookups fill the device's queue with inode reads; the other entries' lookups,
+/// which find their inodes' clusters cached, are left to this many of them: from all 16,
+/// the lookups' handoffs of the directory's root buffer lock held them to about 35k/s.
+const XFS_REST_THREADS: usize = 1;
+
 /// xfs on a fast device: its lookups serialize on a directory-buffer lock, and with reads
 /// this cheap more threads only queue there (local disk, 100k aged entries, cold `ls -l`:
 /// 3.57 s plain, 3.83 s with 16 threads, 3.52 with 4, 2.75 with 2).
@@ -86,6 +101,11 @@ struct Job {
     ready: Condvar,
     started: Instant,
     logged_end: AtomicBool,
+    /// xfs on a slow device: the workers wait until the directory is listed, and a walker
+    /// reads the directory's hash index meanwhile (see `xfs_leaf_walk`).
+    xfs_walk: bool,
+    /// Workers that took on `Runs::rest`.
+    rest_takers: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -95,22 +115,39 @@ struct Runs {
     /// start and stats as it goes, so it can trail right behind the prefetch instead of
     /// waiting for all of it (its own CPU work then overlaps the reads).
     batches: Vec<(u64, VecDeque<Vec<CString>>)>,
+    /// xfs on a slow device: `batches` has one entry per inode cluster, these the others
+    /// (see `XFS_REST_THREADS`).
+    rest: Vec<(u64, VecDeque<Vec<CString>>)>,
     listing_done: bool,
 }
 
 impl Runs {
     fn pop(&mut self) -> Option<Vec<CString>> {
-        let (i, _) = self
-            .batches
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, (position, _))| *position)?;
-        let run = self.batches[i].1.pop_front();
-        if self.batches[i].1.is_empty() {
-            self.batches.swap_remove(i);
-        }
-        run
+        pop_lowest(&mut self.batches)
     }
+}
+
+/// The first run of the batch with the lowest position.
+fn pop_lowest(batches: &mut Vec<(u64, VecDeque<Vec<CString>>)>) -> Option<Vec<CString>> {
+    let (i, _) = batches
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, (position, _))| *position)?;
+    let run = batches[i].1.pop_front();
+    if batches[i].1.is_empty() {
+        batches.swap_remove(i);
+    }
+    run
+}
+
+/// Sorted names in runs of RUN.
+fn runs_of(names: Vec<CString>) -> VecDeque<Vec<CString>> {
+    let mut runs = VecDeque::new();
+    let mut names = names.into_iter().peekable();
+    while names.peek().is_some() {
+        runs.push_back(names.by_ref().take(RUN).collect());
+    }
+    runs
 }
 
 impl Job {
@@ -148,13 +185,27 @@ impl Job {
             return;
         }
         batch.sort_unstable_by_key(|e| e.0);
-        let mut runs = VecDeque::new();
-        let mut names = batch.into_iter().map(|(_, n)| n).peekable();
-        while names.peek().is_some() {
-            runs.push_back(names.by_ref().take(RUN).collect());
-        }
+        let mut rest = Vec::new();
+        let names = if self.xfs_walk {
+            let mut firsts = Vec::new();
+            let mut cluster = None;
+            for (ino, name) in batch {
+                if cluster == Some(ino >> XFS_CLUSTER_SHIFT) {
+                    rest.push(name);
+                } else {
+                    cluster = Some(ino >> XFS_CLUSTER_SHIFT);
+                    firsts.push(name);
+                }
+            }
+            firsts
+        } else {
+            batch.into_iter().map(|(_, n)| n).collect()
+        };
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.batches.push((position, runs));
+        q.batches.push((position, runs_of(names)));
+        if !rest.is_empty() {
+            q.rest.push((position, runs_of(rest)));
+        }
         drop(q);
         self.ready.notify_all();
     }
@@ -167,15 +218,29 @@ impl Job {
         self.ready.notify_all();
     }
 
-    /// The next run to stat; None when all is done or the job was cancelled.
-    fn next_run(&self) -> Option<Vec<CString>> {
+    /// The next run to stat; None when all is done or the job was cancelled. `rest`: this
+    /// worker took on the entries after each inode cluster's first (xfs, slow device).
+    fn next_run(&self, rest: &mut bool) -> Option<Vec<CString>> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if self.stopped() {
                 return None;
             }
-            if let Some(r) = q.pop() {
+            if (!self.xfs_walk || q.listing_done)
+                && let Some(r) = q.pop()
+            {
                 return Some(r);
+            }
+            if self.xfs_walk && q.listing_done {
+                if !*rest {
+                    if self.rest_takers.fetch_add(1, Ordering::Relaxed) >= XFS_REST_THREADS {
+                        return None;
+                    }
+                    *rest = true;
+                }
+                if let Some(r) = pop_lowest(&mut q.rest) {
+                    return Some(r);
+                }
             }
             if q.listing_done {
                 if !self.logged_end.swap(true, Ordering::Relaxed) {
@@ -242,13 +307,14 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
     } else {
         cfg.threads
     };
-    // One per lister (one per thread), and btrfs's probes.
+    let xfs_walk = kind == XFS_SUPER_MAGIC && threads > 1 && latency_us >= FAST_DEVICE_US;
+    // One per lister (one per thread), and btrfs's probes or xfs's walker.
     let spares = if threads > 1 {
         threads
             + if kind == BTRFS_SUPER_MAGIC {
                 PROBERS
             } else {
-                0
+                usize::from(xfs_walk)
             }
     } else {
         0
@@ -263,6 +329,8 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         ready: Condvar::new(),
         started: Instant::now(),
         logged_end: AtomicBool::new(false),
+        xfs_walk,
+        rest_takers: AtomicUsize::new(0),
     });
     // The probe's batch is where the program starts reading: the workers take it first,
     // while the leader finds out how to split the listing (it lists these again: a second
@@ -360,7 +428,8 @@ fn yield_cpu_to_program(kind: i64) {
 fn work(job: &Job) {
     // Runs of neighbouring inodes per thread: threads taking one entry at a time all wait
     // on the same inode block, which keeps one read in flight instead of one per thread.
-    while let Some(run) = job.next_run() {
+    let mut rest = false;
+    while let Some(run) = job.next_run(&mut rest) {
         for name in &run {
             if job.stopped() {
                 return;
@@ -392,6 +461,17 @@ fn list(job: &Job, threads: usize) {
                 job.started.elapsed().as_millis()
             );
             let emit = |position, b| job.emit(position, b);
+            if job.xfs_walk {
+                return std::thread::scope(|s| {
+                    let _ = std::thread::Builder::new()
+                        .stack_size(64 * 1024)
+                        .spawn_scoped(s, || xfs_leaf_walk(job));
+                    list_ranges(job, split(0, end, threads), &emit);
+                    // The workers start on the inodes now, not when the walk is done: a
+                    // lookup whose leaf is cached gets in between two of the walk's reads.
+                    job.listing_done();
+                });
+            }
             return list_ranges(job, split(0, end, threads), &emit);
         }
     }
@@ -409,6 +489,71 @@ fn list(job: &Job, threads: usize) {
         }
     }
     job.emit(listed, batch.into_iter().map(|e| (e.ino, e.name)).collect());
+}
+
+/// xfs on a slow device, while the directory is listed: reads the directory's hash index
+/// (its leaf blocks) by looking up names that are not there, spread evenly over the name
+/// hash space and taken in hash order, from one thread.
+///
+/// Measured on the 2 ms slow disk (bench/results/cold-dirs.md): an xfs lookup holds the
+/// directory's index buffers locked from the root down while it reads a missing leaf or
+/// data block, so every other lookup, the program's too, waits for that read; the helpers
+/// spent most of their time in `xfs_buf_lock`. A name that is not there needs only the root
+/// and one leaf (no data block), and the workers wait until the listing has read the data
+/// blocks, so that their lookups find the whole directory cached and only the inode reads,
+/// which hold no directory lock, are left to go in parallel.
+fn xfs_leaf_walk(job: &Job) {
+    let Some(own) = job.spare_fd() else {
+        return;
+    };
+    let entries = sys::file::identify(own.raw()).map_or(0, |st| st.size / 40);
+    let probes = (entries / XFS_LEAF_PROBE_EVERY).clamp(64, 1 << 16);
+    for i in 0..probes {
+        if job.stopped() {
+            break;
+        }
+        let target = ((i << 32) / probes) as u32;
+        if let Ok(name) = CString::new(xfs_name_near(target)) {
+            statx_nofollow(own.raw(), &name);
+        }
+    }
+    crate::debug!(
+        "directory prefetch: {probes} index probes done after {} ms",
+        job.started.elapsed().as_millis()
+    );
+    job.give_back(own);
+}
+
+/// xfs's directory name hash (xfs_da_hashname; not the ascii-ci variant).
+fn xfs_hash(name: &[u8]) -> u32 {
+    let mut hash: u32 = 0;
+    let mut chunks = name.chunks_exact(4);
+    for c in chunks.by_ref() {
+        hash = (u32::from(c[0]) << 21)
+            ^ (u32::from(c[1]) << 14)
+            ^ (u32::from(c[2]) << 7)
+            ^ u32::from(c[3])
+            ^ hash.rotate_left(28);
+    }
+    match *chunks.remainder() {
+        [a, b, c] => {
+            (u32::from(a) << 14) ^ (u32::from(b) << 7) ^ u32::from(c) ^ hash.rotate_left(21)
+        }
+        [a, b] => (u32::from(a) << 7) ^ u32::from(b) ^ hash.rotate_left(14),
+        [a] => u32::from(a) ^ hash.rotate_left(7),
+        _ => hash,
+    }
+}
+
+/// An 8-byte name (no NUL, no '/') whose xfs hash is within 2^22 of `target`: the first
+/// four bytes set the hash's top three bits, the last four the rest.
+fn xfs_name_near(target: u32) -> [u8; 8] {
+    let a = [b'.', b'd', b'b', 0x60 | (((target >> 29) & 7) as u8) << 1];
+    let rest = target ^ xfs_hash(&a).rotate_left(28);
+    let fix = |b: u8| if b == 0 || b == b'/' { b ^ 1 } else { b };
+    let b0 = fix((rest >> 21) as u8);
+    let b1 = fix(((rest >> 14) & 0x7f) as u8);
+    [a[0], a[1], a[2], a[3], b0, b1, b'a', b'a']
 }
 
 /// xfs: readdir readahead is defeated by big getdents buffers (4 KiB: 0.44 s for 100k
@@ -603,6 +748,42 @@ pub fn closing(dirfd: i32) {
                 job.cancel.store(true, Ordering::Relaxed);
                 job.ready.notify_all();
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xfs_hash_matches_xfs_db() {
+        // Values printed by `xfs_db -c "hash NAME"`.
+        for (name, hash) in [
+            ("a", 0x61),
+            ("ab", 0x30e2),
+            ("abc", 0x18_7163),
+            ("abcd", 0xc38_b1e4),
+            ("f00012345", 0x702c_1bb6),
+            ("lost+found", 0x21a_a60c),
+            (".dbbaaaa", 0x2c65_e3f7),
+        ] {
+            assert_eq!(xfs_hash(name.as_bytes()), hash, "{name}");
+        }
+    }
+
+    #[test]
+    fn xfs_probe_names_land_near_their_targets() {
+        for i in 0..4096u64 {
+            let target = ((i << 32) / 4096) as u32;
+            let name = xfs_name_near(target);
+            assert!(!name.contains(&0) && !name.contains(&b'/'), "{name:?}");
+            let off = xfs_hash(&name).wrapping_sub(target) as i32;
+            assert!(
+                off.unsigned_abs() < 1 << 22,
+                "{target:#x}: {:#x}",
+                xfs_hash(&name)
+            );
         }
     }
 }

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Cold directories against their I/O floor (bench/results/cold-dirs.md).
+
+  bench/cold_dirs.py up IMAGE FS DIR          serve IMAGE through the slow disk at DIR
+  bench/cold_dirs.py down DIR
+  bench/cold_dirs.py floor DIR                the disk's latency and queue depth (fio), and
+                                              the reads and distinct 4 KiB blocks of a cold
+                                              plain `ls -l` and `du -s` (block tracepoint)
+  bench/cold_dirs.py disk DIR                 only the disk's latency and queue depth
+  bench/cold_dirs.py time DIR REPS LIB...     cold `ls -l` and `du -s` with each LIB, warm
+                                              ones without the shim too, interleaved, REPS
+                                              rounds (the plain cold runs are `floor`'s)
+
+Cold means the slow disk's filesystem was unmounted and mounted again (its dentries,
+inodes, metadata buffers and block-device cache all go, and no other program's cache is
+touched), and the nbdfuse file behind the loop device evicted; with COLD_IMAGE=FILE also
+the image file nbdkit serves (as a global drop_caches would). Every run's output is
+compared with the first plain run's. Prints one JSON object per line. Needs root; take
+the timing lock around `floor` and `time` (flock /tmp/dropbehind-timing.lock ...).
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOWDISK = str(ROOT / "scripts" / "slowdisk.sh")
+OUT = Path("/dev/shm") / f"cold-dirs-{os.getpid()}.out"
+CMDS = {"ls -l": "ls -l {d}", "du -s": "du -s {d}"}
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def loop_of(sd):
+    return Path(sd, "loop").read_text().strip()
+
+
+def mnt_of(sd):
+    return str(Path(sd, "mnt"))
+
+
+def cold(sd):
+    mnt, loop = mnt_of(sd), loop_of(sd)
+    sh(["umount", mnt])
+    files = [Path(sd, "fuse", "disk")]
+    if os.environ.get("COLD_IMAGE"):
+        # The image file behind nbdkit too: what a global drop_caches does (reads then pay
+        # this machine's own disk on top of the fixture's delay).
+        files.append(Path(os.environ["COLD_IMAGE"]))
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    sh(["blockdev", "--flushbufs", loop])
+    opts = Path(sd, "opts")  # a local-disk setup: mount options (e.g. ro,norecovery)
+    sh(["mount"] + (["-o", opts.read_text().strip()] if opts.exists() else []) + [loop, mnt])
+    ra = Path(sd, "ra").read_text().strip() if Path(sd, "ra").exists() else "128"
+    Path(f"/sys/block/{os.path.basename(loop)}/queue/read_ahead_kb").write_text(ra + "\n")
+
+
+def reads(sd):
+    """Read requests completed and sectors read on the slow disk's loop device."""
+    f = Path(f"/sys/block/{os.path.basename(loop_of(sd))}/stat").read_text().split()
+    return int(f[0]), int(f[2])
+
+
+def up(image, fs, sd):
+    subprocess.run([SLOWDISK, "down", sd], capture_output=True)
+    out = sh([SLOWDISK, "up", sd, "--fs", fs, "--image", image], capture_output=True, text=True).stdout
+    print(out.strip().splitlines()[-1])
+
+
+def run(cmd, env, expect=None):
+    with open(OUT, "wb") as out:
+        t = time.monotonic()
+        subprocess.run(["bash", "-c", cmd], env=env, stdout=out, check=True)
+        secs = time.monotonic() - t
+    data = OUT.read_bytes()
+    if expect is not None and data != expect:
+        raise SystemExit(f"output differs: {cmd} with {env.get('LD_PRELOAD')}")
+    return secs, data
+
+
+def disk(sd):
+    """The slow disk's latency at depth 1 and the most reads it completes per second."""
+    loop = loop_of(sd)
+    res = {}
+    # The device: latency at depth 1, and how many reads it serves at once.
+    for depth in (1, 32):
+        p = subprocess.run(["fio", "--name=qd", f"--filename={loop}", "--readonly", "--direct=1",
+                            "--rw=randread", "--bs=4k", f"--iodepth={depth}", "--ioengine=libaio",
+                            "--runtime=4", "--time_based", "--output-format=json"],
+                           capture_output=True, text=True, check=True)
+        job = json.loads(p.stdout)["jobs"][0]["read"]
+        res[f"iops_qd{depth}"] = job["iops"]
+        res[f"lat_ms_qd{depth}"] = job["lat_ns"]["mean"] / 1e6
+    res["queue_depth"] = res["iops_qd32"] * res["lat_ms_qd1"] / 1000
+    return res
+
+
+def floor(sd):
+    loop = loop_of(sd)
+    d = mnt_of(sd) + "/aged"
+    res = disk(sd)
+    env = dict(os.environ)
+    for name, cmd in CMDS.items():
+        cmd = cmd.format(d=d)
+        cold(sd)
+        trace = Path(sd, "trace.data")
+        perf = subprocess.Popen(["perf", "record", "-q", "-e", "block:block_rq_issue", "-a", "-o", str(trace)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.5)
+        r0 = reads(sd)
+        secs, _ = run(cmd, env)
+        r1 = reads(sd)
+        perf.send_signal(2)
+        perf.wait()
+        script = subprocess.run(["perf", "script", "-i", str(trace)], capture_output=True, text=True).stdout
+        dev = os.stat(loop).st_rdev
+        major, minor = os.major(dev), os.minor(dev)
+        blocks = set()
+        for line in script.splitlines():
+            if f" {major},{minor} " not in line or " R" not in line:
+                continue
+            parts = line.split()
+            try:
+                i = parts.index("+")
+                sector, n = int(parts[i - 1]), int(parts[i + 1])
+            except (ValueError, IndexError):
+                continue
+            blocks.update(range(sector // 8, (sector + n + 7) // 8))
+        trace.unlink(missing_ok=True)
+        res[name] = dict(plain_cold_s=secs, requests=r1[0] - r0[0], kib=(r1[1] - r0[1]) // 2,
+                         distinct_4k_blocks=len(blocks))
+    print(json.dumps(res))
+
+
+def timing(sd, reps, libs):
+    d = mnt_of(sd) + "/aged"
+    conts = [("no shim", None)] + [(Path(lib).name, lib) for lib in libs]
+    # The reference output: a plain run (untimed).
+    expect = {name: run(cmd.format(d=d), dict(os.environ))[1] for name, cmd in CMDS.items()}
+    rows = {}
+    for rep in range(reps):
+        for name, cmd in CMDS.items():
+            cmd = cmd.format(d=d)
+            for temp in ("cold", "warm"):
+                for cname, lib in conts:
+                    if temp == "cold" and lib is None:
+                        continue
+                    env = dict(os.environ)
+                    if lib:
+                        env["LD_PRELOAD"] = lib
+                    if temp == "cold":
+                        cold(sd)
+                    else:
+                        run(cmd, dict(os.environ))
+                    r0 = reads(sd)
+                    secs, _ = run(cmd, env, expect[name])
+                    r1 = reads(sd)
+                    row = dict(cmd=name, temp=temp, contender=cname, rep=rep, seconds=round(secs, 3),
+                               requests=r1[0] - r0[0])
+                    rows.setdefault((name, temp, cname), []).append(secs)
+                    print(json.dumps(row), flush=True)
+    for (name, temp, cname), v in rows.items():
+        print(json.dumps(dict(summary=True, cmd=name, temp=temp, contender=cname, median=round(statistics.median(v), 3),
+                              min=round(min(v), 3), max=round(max(v), 3), n=len(v))))
+    OUT.unlink(missing_ok=True)
+
+
+def main():
+    a = sys.argv[1:]
+    if not a:
+        sys.exit(__doc__)
+    if a[0] == "up" and len(a) == 4:
+        up(a[1], a[2], a[3])
+    elif a[0] == "down" and len(a) == 2:
+        subprocess.run([SLOWDISK, "down", a[1]])
+    elif a[0] == "disk" and len(a) == 2:
+        print(json.dumps(disk(a[1])))
+    elif a[0] == "floor" and len(a) == 2:
+        floor(a[1])
+    elif a[0] == "time" and len(a) >= 3:
+        timing(a[1], int(a[2]), a[3:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
