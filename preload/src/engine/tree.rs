@@ -332,14 +332,7 @@ fn drop_read(fd: i32, bytes: u64) {
 }
 
 fn held_limit() -> usize {
-    let n = HELD_LIMIT.load(Ordering::Relaxed);
-    if n != usize::MAX {
-        return n;
-    }
-    // A program with a low fd limit keeps its numbers: one held fd per 64 it may open.
-    let n = (sys::proc::fd_limit().saturating_sub(64) / 64).min(HELD as u64) as usize;
-    HELD_LIMIT.store(n, Ordering::Relaxed);
-    n
+    crate::helpers::own_fds_allowed(&HELD_LIMIT, HELD)
 }
 
 /// Keeps a reopening of the program's `fd` (about to be closed).

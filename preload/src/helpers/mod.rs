@@ -17,7 +17,7 @@ pub mod writeback;
 
 use crate::sys::thread::{self, Woken};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize};
 
 atomic_enum! {
     /// Whether a helper's thread exists.
@@ -162,6 +162,19 @@ impl Helper {
         self.wake.store(0, Relaxed);
         self.run.store(Run::NotStarted, Relaxed);
     }
+}
+
+/// How many fds of the shim's own a helper may hold past the program's closes, at most
+/// `most`: one per 64 the program may open, so a program with a low RLIMIT_NOFILE keeps
+/// its numbers. Asked once per process (`cache` starts at usize::MAX).
+pub fn own_fds_allowed(cache: &AtomicUsize, most: usize) -> usize {
+    let n = cache.load(Relaxed);
+    if n != usize::MAX {
+        return n;
+    }
+    let n = (crate::sys::proc::fd_limit().saturating_sub(64) / 64).min(most as u64) as usize;
+    cache.store(n, Relaxed);
+    n
 }
 
 /// Waits, at most `timeout_ms`, until `gone` says a helper's threads have stopped (the

@@ -170,15 +170,8 @@ const IDLE_EXIT: libc::timespec = libc::timespec {
     tv_nsec: 0,
 };
 
-/// A program with a low fd limit keeps its numbers: one job's own fd per 64 it may open.
 fn own_limit() -> usize {
-    let n = OWN_LIMIT.load(Ordering::Relaxed);
-    if n != usize::MAX {
-        return n;
-    }
-    let n = (sys::proc::fd_limit().saturating_sub(64) / 64).min(JOBS as u64) as usize;
-    OWN_LIMIT.store(n, Ordering::Relaxed);
-    n
+    super::own_fds_allowed(&OWN_LIMIT, JOBS)
 }
 
 /// Hands `job` to the helper thread (started when needed). False when it can't be taken:
