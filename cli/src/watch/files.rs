@@ -407,6 +407,17 @@ impl Tracked {
         if self.follow != Follow::Growth || self.scratch_now {
             return;
         }
+        // A random reader's growth holds the drops back: the file is looked at only every
+        // RANDOM_SAMPLE_EVERY rounds, enough to tell it is still random (cachestat walks
+        // every cached page of the range: over a file with 1 GiB cached, each round's look
+        // took a fifth of a CPU from fio's random reads).
+        if !finish && self.growth.random() {
+            self.random_skips += 1;
+            if self.random_skips < RANDOM_SAMPLE_EVERY {
+                return;
+            }
+        }
+        self.random_skips = 0;
         let fd = self.fd();
         let Ok(whole) = cache::cachestat(fd, 0, 0) else {
             return;
@@ -414,16 +425,7 @@ impl Tracked {
         if !finish && whole == self.last_whole && whole.dirty == 0 && whole.writeback == 0 {
             return;
         }
-        // A random reader's growth holds the drops back: its blocks are looked at only
-        // every RANDOM_SAMPLE_EVERY rounds (each look is a cachestat per 4 MiB block, which
-        // took CPU from fio's random reads), enough to tell it is still random.
-        if !finish && self.growth.random() && whole.dirty == 0 && whole.writeback == 0 {
-            self.random_skips += 1;
-            if self.random_skips < RANDOM_SAMPLE_EVERY {
-                return;
-            }
-        }
-        self.random_skips = 0;
+
         if !self.counted_read {
             self.counted_read = true;
             cx.c.growth_files += 1;
