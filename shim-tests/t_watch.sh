@@ -6,6 +6,9 @@
 # DROPBEHIND_WATCH_MIB sets the big file's size (default 512; the issue's figures: 2048).
 . "$(dirname "$0")/lib.sh"
 d=$(scratch); trap 'rm -rf "$d"' EXIT
+# A canary of this run's own: the shared one is read again by other suites' undisturbed
+# (cat), which hides a drop that came in between from this one.
+CANARY=$d/canary
 SIZE=${DROPBEHIND_WATCH_MIB:-512}
 LIMIT=96     # MiB of page cache a run may reach
 AFTER=16     # MiB of a source or an output a run may leave cached
