@@ -10,6 +10,7 @@ pub mod binary;
 mod files;
 mod procs;
 mod report;
+mod writeback;
 
 use dropbehind_core::policy::Params;
 use dropbehind_sys::Errno;
@@ -25,8 +26,9 @@ use std::time::{Duration, Instant};
 
 /// How often the watched processes' fds are looked at.
 const INTERVAL_MS: i32 = 10;
-/// New children of watched processes are looked for every this many rounds.
-const DISCOVER_EVERY: u64 = 2;
+/// New children of watched processes are looked for every round in which a process was
+/// created somewhere (the last pid given out moved), and at least every this many rounds.
+const DISCOVER_EVERY: u64 = 50;
 /// How long the watcher waits, after the last program exits, for the writeback of what
 /// it wrote to finish so that it can be dropped.
 const FINISH_BUDGET: Duration = Duration::from_secs(10);
@@ -60,6 +62,8 @@ struct Watcher {
     lingering: Vec<Tracked>,
     late: Counters,
     proc_dir: Option<ProcDir>,
+    last_pid: Option<procfd::LastPid>,
+    last_pid_seen: Option<i32>,
     /// Pids seen that are not in the tree, and when that list was last renewed.
     outside: HashSet<i32>,
     outside_at: Instant,
@@ -84,6 +88,8 @@ impl Watcher {
             lingering: Vec::new(),
             late: Counters::default(),
             proc_dir: ProcDir::open(c"/proc").ok(),
+            last_pid: procfd::LastPid::open().ok(),
+            last_pid_seen: None,
             outside: HashSet::new(),
             outside_at: Instant::now(),
             scratch: Vec::new(),
@@ -152,7 +158,9 @@ impl Watcher {
         // Listing /proc is most of a round's cost: new children are looked for every
         // DISCOVER_EVERY rounds.
         self.rounds += 1;
-        if self.rounds % DISCOVER_EVERY == 1 {
+        let last = self.last_pid.as_ref().and_then(|l| l.read());
+        if last.is_none() || last != self.last_pid_seen || self.rounds % DISCOVER_EVERY == 1 {
+            self.last_pid_seen = last;
             self.discover();
         }
         let mut i = 0;

@@ -17,6 +17,13 @@ use super::range::{PAGE, PROOF_BLOCK, PROOF_CHUNK, Range, uncached_chunks};
 /// skips locked pages) are read later without growing the count.
 pub const RETRY_ROUNDS: u64 = 25;
 
+/// A round in which at least this many blocks grew, by less than `RANDOM_PAGES` pages each
+/// on average, is a random reader's: as the preload's random reads, nothing it brought in
+/// is dropped behind it (only when the file is closed), for `RANDOM_HOLD` rounds.
+pub const RANDOM_BLOCKS: u64 = 8;
+pub const RANDOM_PAGES: u64 = 64;
+pub const RANDOM_HOLD: u64 = 50;
+
 /// Growth is sampled per proof block (4 MiB); residency at first sight per 64 KiB chunk.
 pub const GROWTH_BLOCK: u64 = PROOF_BLOCK;
 
@@ -53,6 +60,11 @@ pub struct GrowthActions {
 pub struct Growth {
     blocks: Vec<Block>,
     tick: u64,
+    /// This round: blocks that grew, and by how many pages in all.
+    grown_blocks: u64,
+    grown_pages: u64,
+    /// Random growth was seen: nothing is dropped before this tick (but at close).
+    random_until: u64,
 }
 
 impl Growth {
@@ -72,7 +84,11 @@ impl Growth {
                 ..Block::default()
             })
             .collect();
-        Growth { blocks, tick: 1 }
+        Growth {
+            blocks,
+            tick: 1,
+            ..Growth::default()
+        }
     }
 
     /// A file created during the run: every page in it is the run's.
@@ -80,6 +96,7 @@ impl Growth {
         Growth {
             blocks: Vec::new(),
             tick: 1,
+            ..Growth::default()
         }
     }
 
@@ -100,17 +117,36 @@ impl Growth {
     /// Starts a round of samples.
     pub fn begin(&mut self) {
         self.tick += 1;
+        self.grown_blocks = 0;
+        self.grown_pages = 0;
+    }
+
+    /// Whether any chunk of block `b` may ever be dropped (a block beyond the file's size
+    /// at first sight held no pages then: it is).
+    pub fn owned(&self, b: u64) -> bool {
+        self.blocks.get(b as usize).is_none_or(|blk| blk.owned != 0)
+    }
+
+    /// Whether random growth holds the drops back now.
+    pub fn random(&self) -> bool {
+        self.tick < self.random_until
     }
 
     /// Block `b`'s sample in this round (blocks not sampled keep their last one).
     pub fn observe(&mut self, b: u64, s: BlockSample) {
         let tick = self.tick;
         let blk = self.block(b);
-        if s.cached > blk.now.cached && !blk.resample {
+        let grew = s.cached > blk.now.cached && !blk.resample;
+        let by = s.cached.saturating_sub(blk.now.cached);
+        if grew {
             blk.grew_at = tick;
         }
         blk.resample = false;
         blk.now = s;
+        if grew {
+            self.grown_blocks += 1;
+            self.grown_pages += by;
+        }
     }
 
     /// Owned pages cached now, as last sampled (an upper bound: a partly owned block
@@ -133,6 +169,13 @@ impl Growth {
             if b.now.dirty > 0 && (finish || b.grew_at < tick) {
                 push_merged(&mut act.writeback, block_range(i as u64));
             }
+        }
+        if self.grown_blocks >= RANDOM_BLOCKS && self.grown_pages < RANDOM_PAGES * self.grown_blocks
+        {
+            self.random_until = tick + RANDOM_HOLD;
+        }
+        if !finish && self.random() {
+            return act;
         }
         let cands: Vec<usize> = (0..self.blocks.len())
             .filter(|&i| {
@@ -267,6 +310,33 @@ mod tests {
         assert_eq!(cache.count(warm) as u64, warm.len() / PAGE);
         round(&mut g, &mut cache, size, 0, true);
         assert_eq!(cache.count(Range::new(size / 2, size)), 0);
+    }
+
+    #[test]
+    fn random_reads_over_owned_blocks_are_not_dropped_until_close() {
+        let size = 256 * MIB;
+        let mut cache = Cache::new(size);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut x = 777u64;
+        for _ in 0..40 {
+            for _ in 0..200 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let off = (x >> 20) % (size / PAGE) * PAGE;
+                cache.touch(Range::new(off, off + PAGE));
+            }
+            let before = cache.count(Range::new(0, size));
+            round(&mut g, &mut cache, size, 2, false);
+            assert_eq!(
+                cache.count(Range::new(0, size)),
+                before,
+                "a random reader's pages stay"
+            );
+        }
+        assert!(g.random());
+        round(&mut g, &mut cache, size, 0, true);
+        assert_eq!(cache.count(Range::new(0, size)), 0, "all dropped at close");
     }
 
     #[test]
