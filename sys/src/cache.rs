@@ -119,24 +119,19 @@ pub fn drop_range_after(fd: i32, off: u64, len: u64, first: impl FnOnce()) -> u6
 /// sync_file_range(WRITE): starts writeback without waiting and without touching the
 /// file's error state (only the WAIT flags consume writeback errors).
 pub fn start_writeback(fd: i32, off: u64, len: u64) -> Result<(), Errno> {
-    sync_range(fd, off, len, libc::SYNC_FILE_RANGE_WRITE)
-}
-
-/// sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER): writes the range and waits for it in
-/// the kernel, without polling. Only ever on an fd of the shim's own: the wait marks a
-/// writeback error as seen on the open file it is called through (the program's own open
-/// file keeps its sample, and its fsync still reports the error).
-pub fn write_and_wait_own(fd: i32, off: u64, len: u64) -> Result<(), Errno> {
-    let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-    sync_range(fd, off, len, libc::SYNC_FILE_RANGE_WRITE | wait)
-}
-
-fn sync_range(fd: i32, off: u64, len: u64, flags: libc::c_uint) -> Result<(), Errno> {
     if len == 0 {
         return Ok(());
     }
     // SAFETY: kernel-checked: integers only.
-    cvt(|| unsafe { libc::syscall(libc::SYS_sync_file_range, fd, off as i64, len as i64, flags) })?;
+    cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_sync_file_range,
+            fd,
+            off as i64,
+            len as i64,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    })?;
     Ok(())
 }
 

@@ -46,6 +46,11 @@ pub fn futex_wake(word: &AtomicU32) {
     let _ = futex(word, libc::FUTEX_WAKE, 1, None);
 }
 
+/// Wakes every thread sleeping on `word`.
+pub fn futex_wake_all(word: &AtomicU32) {
+    let _ = futex(word, libc::FUTEX_WAKE, i32::MAX as u32, None);
+}
+
 fn futex(
     word: &AtomicU32,
     op: i32,

@@ -235,8 +235,8 @@ pub(super) fn closing(eng: &Engine, fd: i32, f: &FileState) {
 /// A write or copy into a file went through the engine: written files may be waited for
 /// here (a write may wait, as the big-file path's does; a close never does), so that the
 /// held fds never run out and no more than WRITEBACK_BYTES are under writeback.
-pub(super) fn writing() {
-    writeback::wait_for_room();
+pub(super) fn writing(window: u64) {
+    writeback::wait_for_room(window);
     if HELD_ANY.load(Ordering::Relaxed) == 0 {
         return;
     }

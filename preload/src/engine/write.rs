@@ -151,7 +151,7 @@ pub(super) fn slow_after_write(fd: i32, t: WriteTicket, ret: isize) {
         };
         write_event(eng, fd, c.file(), t.off, ret as u64);
         publish(eng, fd, &mut c);
-        super::tree::writing();
+        super::tree::writing(eng.params.window);
     })
 }
 
@@ -168,6 +168,7 @@ pub(super) fn write_event(eng: &Engine, fd: i32, f: &mut FileState, off: u64, n:
         snapshot(fd, &mut f.write.proof, r);
     }
     perform_write_actions(
+        eng,
         fd,
         f,
         WriteActions {
@@ -180,7 +181,7 @@ pub(super) fn write_event(eng: &Engine, fd: i32, f: &mut FileState, off: u64, n:
 /// How long one settle may wait for writeback before giving up on that window's drop.
 const SETTLE_BUDGET_MS: u64 = 30_000;
 
-pub(super) fn perform_write_actions(fd: i32, f: &mut FileState, act: WriteActions) {
+pub(super) fn perform_write_actions(eng: &Engine, fd: i32, f: &mut FileState, act: WriteActions) {
     // Once per window: never wait on, or hint at, a file the fd no longer names.
     if (act.start_writeback.is_some() || act.settle.is_some()) && !same_file(fd, f) {
         return;
@@ -194,7 +195,7 @@ pub(super) fn perform_write_actions(fd: i32, f: &mut FileState, act: WriteAction
             // What the stream brought in, for the tree's bulk evidence.
             super::tree::evidence(r.len());
         }
-        writeback::wait_for_room();
+        writeback::wait_for_room(eng.params.window);
         return;
     }
     if let Some(r) = act.start_writeback {
@@ -244,7 +245,7 @@ pub fn truncating(fd: i32) {
 
 pub(super) fn finish_write(eng: &Engine, fd: i32, f: &mut FileState) {
     let act = f.write.finish(eng.cfg.min_size);
-    perform_write_actions(fd, f, act);
+    perform_write_actions(eng, fd, f, act);
     // The stream's end waits for its windows, as the synchronous path does (a close in an
     // atexit handler that runs after the shim's, as coreutils closes stdout, would leave
     // them cached).

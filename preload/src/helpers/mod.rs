@@ -43,7 +43,9 @@ pub struct Helper {
     /// Bumped by every wake-up: the futex the thread sleeps on.
     wake: AtomicU32,
     stop: AtomicBool,
-    exited: AtomicBool,
+    /// Threads of this helper alive: a leaving thread and the one started after it may
+    /// briefly both exist, and each counts only itself.
+    live: AtomicU32,
 }
 
 impl Helper {
@@ -66,7 +68,7 @@ impl Helper {
             run: AtomicRun::new(Run::NotStarted),
             wake: AtomicU32::new(0),
             stop: AtomicBool::new(false),
-            exited: AtomicBool::new(true),
+            live: AtomicU32::new(0),
         }
     }
 
@@ -80,15 +82,18 @@ impl Helper {
         {
             return false;
         }
-        self.exited.store(false, SeqCst);
+        self.live.fetch_add(1, SeqCst);
         let name =
             std::str::from_utf8(&self.name[..self.name_len as usize]).unwrap_or("dropbehind");
         let started = thread::spawn_detached(name, self.stack, move || {
-            body();
-            self.exited.store(true, SeqCst);
+            // A panic ends the thread's work, not its count: the helper is then given up.
+            if std::panic::catch_unwind(body).is_err() {
+                self.run.store(Run::Failed, Release);
+            }
+            self.live.fetch_sub(1, SeqCst);
         });
         if !started {
-            self.exited.store(true, SeqCst);
+            self.live.fetch_sub(1, SeqCst);
             self.run.store(Run::Failed, Release);
         }
         true
@@ -106,7 +111,7 @@ impl Helper {
 
     /// Whether the thread exists now.
     pub fn running(&self) -> bool {
-        !self.exited.load(Relaxed)
+        self.live.load(Relaxed) > 0
     }
 
     /// The shim is being disabled (a sandbox is coming), or the process exits.
@@ -153,12 +158,12 @@ impl Helper {
     pub fn shutdown(&self) {
         self.stop.store(true, SeqCst);
         self.wake(true);
-        wait_until_stopped(100, || self.exited.load(SeqCst));
+        wait_until_stopped(100, || self.live.load(SeqCst) == 0);
     }
 
     /// In a forked child: the thread does not exist there.
     pub fn after_fork_child(&self) {
-        self.exited.store(true, Relaxed);
+        self.live.store(0, Relaxed);
         self.wake.store(0, Relaxed);
         self.run.store(Run::NotStarted, Relaxed);
     }

@@ -8,14 +8,16 @@
 //! dup2 onto it, close_range) and the stream's end wait for its jobs before the program's
 //! call goes on (`release_fds`), so the fd names the file for as long as a job may use it (re-checked by
 //! (st_dev, st_ino) before use, against closes the shim never sees), and opening nothing
-//! leaves the program's fd numbers alone. Through the program's fd the wait polls
-//! cachestat: a `sync_file_range` WAIT flag would mark a writeback error as seen on the
-//! program's open file. A tree's written file comes with the shim's own held reopening,
-//! which the job then owns and closes; on that one the wait is done in the kernel. At most
+//! leaves the program's fd numbers alone. The wait polls cachestat: a `sync_file_range`
+//! WAIT flag would mark a writeback error as seen on the file, so that neither the
+//! program's open file nor one opened later would report it to fsync (and it sleeps
+//! without a bound on a hung device). A tree's written file comes with the shim's own held
+//! reopening, which the job then owns and closes, unless the program closes that number
+//! first (a close loop, close_range): then the job lets it go untouched. At most
 //! `JOBS` are handed over at once (own fds fewer under a low RLIMIT_NOFILE), and the
-//! program waits, in a write as the synchronous path would, while more than `BOUND` bytes
-//! are handed over and not yet dropped; at exit it waits for the rest. Whatever the helper can't take (a full queue,
-//! no thread, a sandbox coming) the caller does itself, as before.
+//! program waits, in a write as the synchronous path would, while the jobs in flight name
+//! more than `BOUND_WINDOWS` windows; at exit it waits for the rest. Whatever the helper
+//! can't take (a full queue, no thread, a sandbox coming) the caller does itself, as before.
 
 use super::Helper;
 use super::queue::{Empty, Queue};
@@ -24,27 +26,31 @@ use crate::sys::cache::Settled;
 use crate::sys::thread::{self, Woken};
 use crate::{stats, sys};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// Proven runs one job may drop; a window with more takes the synchronous path.
 pub const RUNS: usize = 8;
-/// Jobs handed over at once (each holds one fd).
+/// Jobs handed over at once.
 const JOBS: usize = 8;
-/// What the jobs in flight may weigh before the program waits (`Job::weight`): one job
-/// (window i started, i-1 settling) while the program writes window i+1, one window more
-/// than the synchronous path holds. 16 MiB kept 4-5 windows in flight and raised a 2 GiB
-/// cp's cgroup peak from 64 to 73 MiB (bench/results/copies-at-the-floor.md).
-pub const BOUND: u64 = 6 * crate::config::MIB;
+/// What the jobs in flight may weigh, in windows, before the program waits
+/// (`Job::weight`): one job (window i started, i-1 settling) while the program writes
+/// window i+1, one window more than the synchronous path holds. 16 MiB (8 windows) kept
+/// 4-5 windows in flight and raised a 2 GiB cp's cgroup peak from 64 to 73 MiB
+/// (bench/results/copies-at-the-floor.md).
+const BOUND_WINDOWS: u64 = 3;
 /// How long a wait may take before its drop is given up (the pages stay cached).
-const SETTLE_BUDGET_MS: u64 = 30_000;
-/// How long the program waits at most for room, or at exit for the rest.
-const WAIT_BUDGET_MS: u64 = 30_000;
+const SETTLE_BUDGET: Duration = Duration::from_secs(30);
+/// How long the program waits at most for room, for a closing fd's jobs, or at exit.
+const WAIT_BUDGET: Duration = Duration::from_secs(30);
+/// An own fd entry whose number the program closed (see `release_fds`).
+const REVOKED: i32 = -2;
 
 /// Whose fd a job uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fd {
-    /// The program's: never closed, never waited on with a WAIT flag.
+    /// The program's: never closed by the shim.
     Program,
-    /// The shim's own: closed when the job is done.
+    /// The shim's own: closed when the job is done, unless the program closed it first.
     Own,
 }
 
@@ -52,7 +58,7 @@ pub enum Fd {
 pub struct Job {
     pub fd: i32,
     pub whose: Fd,
-    /// For the program's fd: its entry in `PROGRAM_FD` while the job is in flight.
+    /// Its entry in `PROGRAM_FD` or `OWN_FD` while the job is in flight.
     slot: usize,
     pub dev: u64,
     pub ino: u64,
@@ -113,8 +119,6 @@ impl Job {
         Some(job)
     }
 
-    /// What the job counts against `BOUND`: the bytes it names (a window is named by the
-    /// job that starts it and by the one that settles it).
     /// As `new`, on an fd already the shim's own (a tree's held reopening), which the job
     /// then owns. `None` (the fd still the caller's) when the helper can't take more.
     pub fn own(fd: i32, dev: u64, ino: u64, whole: Range) -> Option<Job> {
@@ -139,8 +143,24 @@ impl Job {
         Some(job)
     }
 
+    /// What the job counts against the bound: the bytes it names (a window is named by
+    /// the job that starts it and by the one that settles it).
     fn weight(&self) -> u64 {
         self.start.map_or(0, |r| r.len()) + self.settle.map_or(0, |r| r.len())
+    }
+
+    fn table(&self) -> &'static [AtomicI32; JOBS] {
+        match self.whose {
+            Fd::Program => &PROGRAM_FD,
+            Fd::Own => &OWN_FD,
+        }
+    }
+
+    /// Whether the job's fd may still be used: its entry not revoked by a program's close,
+    /// and the fd still naming the job's file (a close the shim did not see).
+    fn usable(&self) -> bool {
+        self.table()[self.slot].load(Ordering::Acquire) == self.fd
+            && sys::file::identify(self.fd).is_ok_and(|id| id.dev == self.dev && id.ino == self.ino)
     }
 }
 
@@ -150,17 +170,16 @@ static SLEEPING: AtomicBool = AtomicBool::new(false);
 /// Jobs handed over and not done, and how many of them hold an fd of the shim's own.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 static OWN_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-/// The program's fds that jobs in flight use (-1: a free entry): a close of one of them
-/// waits for those jobs first.
+/// The fds jobs in flight use (-1: a free entry). A program's close of one of its own
+/// waits for those jobs first; a program's close of one of the shim's revokes it.
 static PROGRAM_FD: [AtomicI32; JOBS] = [const { AtomicI32::new(-1) }; JOBS];
-static PROGRAM_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static OWN_FD: [AtomicI32; JOBS] = [const { AtomicI32::new(-1) }; JOBS];
+/// Jobs with an entry in either table (counted before the entry is taken).
+static ENTRIES: AtomicUsize = AtomicUsize::new(0);
 /// What the jobs in flight weigh (`Job::weight`).
 static PENDING: AtomicU64 = AtomicU64::new(0);
 /// Bumped after every job: the futex a waiting program thread sleeps on.
 static DONE: AtomicU32 = AtomicU32::new(0);
-/// The fds of the batch the helper took from the queue and has not closed yet (a forked
-/// child closes its copies).
-static TAKEN: [AtomicI32; JOBS] = [const { AtomicI32::new(-1) }; JOBS];
 /// Program threads in `wait_until`: only then does a finished job make a wake-up call.
 static WAITERS: AtomicUsize = AtomicUsize::new(0);
 static OWN_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -177,23 +196,28 @@ fn own_limit() -> usize {
 /// Hands `job` to the helper thread (started when needed). False when it can't be taken:
 /// the caller does the work itself (and keeps its fd).
 pub fn hand_over(mut job: Job) -> bool {
-    if job.whose == Fd::Program {
-        let Some(slot) = (0..JOBS).find(|&i| {
-            PROGRAM_FD[i]
-                .compare_exchange(-1, job.fd, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        }) else {
-            return false;
-        };
-        job.slot = slot;
-        PROGRAM_IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+    if HELPER.stopping() || HELPER.failed() {
+        return false;
     }
+    // Counted first: a concurrent `release_fds` that finds no entries counted has none to
+    // wait for.
+    ENTRIES.fetch_add(1, Ordering::SeqCst);
+    let table = job.table();
+    let Some(slot) = (0..JOBS).find(|&i| {
+        table[i]
+            .compare_exchange(-1, job.fd, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }) else {
+        ENTRIES.fetch_sub(1, Ordering::SeqCst);
+        return false;
+    };
+    job.slot = slot;
     IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
     if job.whose == Fd::Own {
         OWN_IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
     }
     PENDING.fetch_add(job.weight(), Ordering::AcqRel);
-    if HELPER.stopping() || HELPER.failed() || !QUEUE_.push(job) {
+    if !QUEUE_.push(job) {
         undo(&job);
         return false;
     }
@@ -201,52 +225,62 @@ pub fn hand_over(mut job: Job) -> bool {
         HELPER.wake(SLEEPING.load(Ordering::SeqCst));
     }
     if HELPER.failed() {
-        // The thread could not be started; whatever it did not take is done here.
-        while let Some(j) = QUEUE_.pop() {
-            perform(&[j]);
-        }
+        // No thread: what is queued is given up (its pages stay cached), and the caller
+        // does its own job itself.
+        give_up_queued();
+        return false;
     }
     true
 }
 
+/// Takes back every queued job: own fds still ours closed, counters released.
+fn give_up_queued() {
+    while let Some(j) = QUEUE_.pop() {
+        close_if_own(&j);
+        done(&j);
+    }
+}
+
 fn undo(j: &Job) {
     PENDING.fetch_sub(j.weight(), Ordering::AcqRel);
-    match j.whose {
-        Fd::Own => {
-            OWN_IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
-        }
-        Fd::Program => {
-            PROGRAM_FD[j.slot].store(-1, Ordering::Release);
-            PROGRAM_IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
-        }
+    if j.whose == Fd::Own {
+        OWN_IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
     }
+    let entry = &j.table()[j.slot];
+    let _ = entry.compare_exchange(j.fd, -1, Ordering::SeqCst, Ordering::Relaxed);
+    let _ = entry.compare_exchange(REVOKED, -1, Ordering::SeqCst, Ordering::Relaxed);
+    ENTRIES.fetch_sub(1, Ordering::SeqCst);
     IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// Before the program closes fds `lo..=hi` (close, dup2 onto one, close_range) or a write
-/// stream on one ends: waits for the jobs that use them, which then no longer name a file
-/// the program may reopen on that number. Free when no job uses a program's fd.
+/// stream on one ends: waits for the jobs that use the program's fds among them, which
+/// then no longer name a file the program may reopen on that number; and revokes the
+/// shim's own among them (the program is closing that number: the job must neither use
+/// nor close it any more). Free when no job is in flight.
 pub fn release_fds(lo: u32, hi: u32) {
-    if PROGRAM_IN_FLIGHT.load(Ordering::Acquire) == 0 {
+    if ENTRIES.load(Ordering::SeqCst) == 0 {
         return;
     }
-    let uses = || {
-        PROGRAM_FD.iter().any(|s| {
-            let fd = s.load(Ordering::Acquire);
-            fd >= 0 && (lo..=hi).contains(&(fd as u32))
-        })
-    };
-    wait_until(|| !uses());
+    let within = |fd: i32| fd >= 0 && (lo..=hi).contains(&(fd as u32));
+    for e in &OWN_FD {
+        let fd = e.load(Ordering::SeqCst);
+        if within(fd) {
+            let _ = e.compare_exchange(fd, REVOKED, Ordering::SeqCst, Ordering::Relaxed);
+        }
+    }
+    wait_until(|| !PROGRAM_FD.iter().any(|e| within(e.load(Ordering::SeqCst))));
 }
 
-/// From a program's write: waits while more than `BOUND` bytes are under way, so a fast
-/// writer stays bounded. Gives up (fail open: the writer goes on) after the budget.
-pub fn wait_for_room() {
-    wait_until(|| PENDING.load(Ordering::Acquire) <= BOUND);
+/// From a program's write: waits while the jobs in flight weigh more than `BOUND_WINDOWS`
+/// windows, so a fast writer stays bounded. Gives up (fail open: the writer goes on) after
+/// the budget.
+pub fn wait_for_room(window: u64) {
+    let bound = BOUND_WINDOWS * window;
+    wait_until(|| PENDING.load(Ordering::Acquire) <= bound);
 }
 
-/// At a stream's end (before the program's close goes on: its jobs use the program's fd)
-/// and at exit: waits until every job in flight is done.
+/// At exit: waits until every job in flight is done.
 pub fn drain() {
     wait_until(|| IN_FLIGHT.load(Ordering::Acquire) == 0);
 }
@@ -260,17 +294,16 @@ fn wait_until(done: impl Fn() -> bool) {
         return;
     }
     WAITERS.fetch_add(1, Ordering::SeqCst);
-    let mut waited_ms = 0;
-    while !done() && HELPER.running() && waited_ms < WAIT_BUDGET_MS {
+    // A deadline, not a count of naps: signals end futex waits early.
+    let deadline = Instant::now() + WAIT_BUDGET;
+    while !done() && Instant::now() < deadline {
         // Read before the condition: a job done in between changes it, and the wait
         // returns at once.
         let seen = DONE.load(Ordering::SeqCst);
         if done() {
             break;
         }
-        if thread::futex_wait(&DONE, seen, Some(&NAP)) == Woken::TimedOut {
-            waited_ms += 20;
-        }
+        let _ = thread::futex_wait(&DONE, seen, Some(&NAP));
     }
     WAITERS.fetch_sub(1, Ordering::SeqCst);
 }
@@ -280,14 +313,15 @@ fn wait_until(done: impl Fn() -> bool) {
 /// shim) and their own fds closed.
 pub fn shutdown() {
     HELPER.shutdown();
-    while let Some(j) = QUEUE_.pop() {
-        close_if_own(&j);
-        done(&j);
-    }
+    give_up_queued();
 }
 
+/// Closes a job's own fd unless the program closed that number meanwhile (its entry
+/// revoked), in which case the number may be the program's now.
 fn close_if_own(j: &Job) {
-    if j.whose == Fd::Own {
+    // The entry is released by `undo`, after the close: until then no other job can take
+    // it, with the same number perhaps.
+    if j.whose == Fd::Own && OWN_FD[j.slot].load(Ordering::SeqCst) == j.fd {
         sys::file::close_own(j.fd);
     }
 }
@@ -316,6 +350,8 @@ fn run() {
             break;
         }
     }
+    // Stopped: whatever is still queued is given up.
+    give_up_queued();
 }
 
 /// Everything queued, up to a batch.
@@ -324,9 +360,6 @@ fn take(batch: &mut [Job; JOBS]) -> usize {
     while n < JOBS
         && let Some(j) = QUEUE_.pop()
     {
-        if j.whose == Fd::Own {
-            TAKEN[n].store(j.fd, Ordering::SeqCst);
-        }
         batch[n] = j;
         n += 1;
     }
@@ -337,47 +370,38 @@ fn take(batch: &mut [Job; JOBS]) -> usize {
 /// settles them in order. Every job is done (its own fd closed, its bytes released)
 /// whatever happens, so a waiting program never waits for one that failed.
 fn perform(jobs: &[Job]) {
-    let mut ours = [false; JOBS];
-    for (j, ours) in jobs.iter().zip(ours.iter_mut()) {
-        // The program's fd after a close the shim did not see, or our own after a program
-        // closed numbers it never opened (close_range, a close loop): it may name anything.
-        *ours = sys::file::identify(j.fd).is_ok_and(|id| id.dev == j.dev && id.ino == j.ino);
-        if *ours
-            && !HELPER.stopping()
-            && let Some(r) = j.start
-        {
-            let _ = sys::cache::start_writeback(j.fd, r.start, r.len());
-        }
+    for j in jobs {
+        let _ = std::panic::catch_unwind(|| {
+            if !HELPER.stopping()
+                && j.usable()
+                && let Some(r) = j.start
+            {
+                let _ = sys::cache::start_writeback(j.fd, r.start, r.len());
+            }
+        });
     }
-    for (i, (j, &ours)) in jobs.iter().zip(ours.iter()).enumerate() {
-        if ours
-            && !HELPER.stopping()
-            && let Some(r) = j.settle
-        {
+    for j in jobs {
+        if let Some(r) = j.settle {
             let _ = std::panic::catch_unwind(|| settle(j, r));
         }
-        TAKEN[i].store(-1, Ordering::SeqCst);
-        if ours {
-            close_if_own(j);
-        }
+        close_if_own(j);
         done(j);
     }
 }
 
 fn settle(j: &Job, r: Range) {
-    // On our own fd the wait is done in the kernel (no polling); a writeback error it meets
-    // is marked seen on our open file only. On the program's, and where that fails,
-    // cachestat tells.
-    if j.whose != Fd::Own || sys::cache::write_and_wait_own(j.fd, r.start, r.len()).is_err() {
-        let settled = sys::cache::wait_clean(j.fd, r.start, r.len(), SETTLE_BUDGET_MS, || {
-            !HELPER.stopping()
-        });
-        if settled != Settled::Clean {
-            stats::SETTLE_TIMEOUTS.add(1);
-        }
+    // Polled, never a WAIT flag (see the top of this file); the fd re-checked at every
+    // look, since the program's close waits for this job only so long.
+    let keep_going = || !HELPER.stopping() && j.usable();
+    let budget = SETTLE_BUDGET.as_millis() as u64;
+    if !keep_going() {
+        return;
     }
-    // A sandbox may have come while we waited: no more system calls but the close.
-    if HELPER.stopping() {
+    if sys::cache::wait_clean(j.fd, r.start, r.len(), budget, keep_going) != Settled::Clean {
+        stats::SETTLE_TIMEOUTS.add(1);
+    }
+    // A sandbox may have come, or the fd gone, while we waited.
+    if !keep_going() {
         return;
     }
     // DONTNEED drops what is clean and leaves the rest.
@@ -388,31 +412,28 @@ fn done(j: &Job) {
     undo(j);
     DONE.fetch_add(1, Ordering::SeqCst);
     if WAITERS.load(Ordering::SeqCst) > 0 {
-        thread::futex_wake(&DONE);
+        thread::futex_wake_all(&DONE);
     }
 }
 
-/// In a forked child: no helper thread exists there; the jobs' own fds are the child's
-/// copies, closed (the program's stay the program's).
+/// In a forked child: no helper thread exists there. The jobs' own fds are the child's
+/// copies, closed where the entry still says they are ours (the program's stay the
+/// program's); the batch the helper had taken is found through the same entries.
 pub fn after_fork_child() {
-    while let Some(j) = QUEUE_.pop() {
-        close_if_own(&j);
-    }
-    // The batch the helper had taken: the child's copies of its fds.
-    for fd in &TAKEN {
-        let fd = fd.swap(-1, Ordering::Relaxed);
+    QUEUE_.reset();
+    for e in &OWN_FD {
+        let fd = e.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
             sys::file::close_own(fd);
         }
     }
-    QUEUE_.reset();
+    for e in &PROGRAM_FD {
+        e.store(-1, Ordering::Relaxed);
+    }
+    ENTRIES.store(0, Ordering::Relaxed);
     WAITERS.store(0, Ordering::Relaxed);
     IN_FLIGHT.store(0, Ordering::Relaxed);
     OWN_IN_FLIGHT.store(0, Ordering::Relaxed);
-    PROGRAM_IN_FLIGHT.store(0, Ordering::Relaxed);
-    for s in &PROGRAM_FD {
-        s.store(-1, Ordering::Relaxed);
-    }
     PENDING.store(0, Ordering::Relaxed);
     SLEEPING.store(false, Ordering::Relaxed);
     HELPER.after_fork_child();
