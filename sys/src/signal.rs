@@ -8,6 +8,21 @@ use crate::{Errno, cvt};
 /// The signals the launcher passes on to its child.
 pub const FORWARDED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
+/// rt_sigprocmask(how, set) for the calling thread, the old mask not asked for: a raw call,
+/// async-signal-safe (also run between fork and exec).
+fn mask(how: libc::c_int, set: &libc::sigset_t) -> libc::c_long {
+    // SAFETY: own buffer: `set` is a live reference for the call; the kernel copies it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            how,
+            set as *const libc::sigset_t,
+            std::ptr::null_mut::<libc::sigset_t>(),
+            8usize,
+        )
+    }
+}
+
 fn set_of(sigs: &[i32]) -> libc::sigset_t {
     // SAFETY: kernel-checked: sigset_t is plain data, all zeroes is a valid value.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -25,16 +40,7 @@ fn set_of(sigs: &[i32]) -> libc::sigset_t {
 /// child's mask is reset by std's Command) and returns a signalfd that reads them.
 pub fn block_and_open(sigs: &[i32]) -> Result<OwnFd, Errno> {
     let set = set_of(sigs);
-    // SAFETY: own buffer: `set` is a live local; the old mask is not asked for.
-    cvt(|| unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            &set as *const libc::sigset_t,
-            std::ptr::null_mut::<libc::sigset_t>(),
-            8usize,
-        )
-    })?;
+    cvt(|| mask(libc::SIG_BLOCK, &set))?;
     // SAFETY: own buffer: `set` is a live local; the kernel copies it.
     let fd = cvt(|| unsafe {
         libc::syscall(
@@ -100,16 +106,7 @@ pub fn reraise(sig: i32) {
     // SAFETY: own buffer: `lim` is a live local.
     let _ = cvt(|| unsafe { libc::syscall(libc::SYS_setrlimit, libc::RLIMIT_CORE, &lim) });
     let set = set_of(&[sig]);
-    // SAFETY: own buffer: `set` is a live local.
-    let _ = cvt(|| unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_UNBLOCK,
-            &set as *const libc::sigset_t,
-            std::ptr::null_mut::<libc::sigset_t>(),
-            8usize,
-        )
-    });
+    let _ = cvt(|| mask(libc::SIG_UNBLOCK, &set));
     let _ = kill(crate::proc::pid(), sig);
 }
 
@@ -122,14 +119,7 @@ pub fn unblock_in_child(cmd: &mut std::process::Command, sigs: &'static [i32]) {
     // safe, no allocation, no lock.
     unsafe {
         cmd.pre_exec(move || {
-            let set = set_of(sigs);
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_UNBLOCK,
-                &set as *const libc::sigset_t,
-                std::ptr::null_mut::<libc::sigset_t>(),
-                8usize,
-            );
+            mask(libc::SIG_UNBLOCK, &set_of(sigs));
             Ok(())
         });
     }

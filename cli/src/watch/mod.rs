@@ -173,14 +173,7 @@ impl Watcher {
             } else {
                 let mut p = self.procs.swap_remove(i);
                 p.tell_now(self.verbose, true);
-                p.close_all(&self.set);
-                self.lingering.append(&mut p.lingering);
-                self.done.push(Done {
-                    pid: p.pid,
-                    comm: p.comm.clone(),
-                    how: p.how.clone(),
-                    counters: p.counters.clone(),
-                });
+                self.retire(p);
             }
         }
         let tree: HashSet<i32> = self.procs.iter().map(|p| p.pid).collect();
@@ -190,6 +183,19 @@ impl Watcher {
             p.growth_round(&self.set, &mut others);
         }
         self.linger_round();
+    }
+
+    /// A process leaves the watch: its files finished (what is still being written back
+    /// lingers), its figures kept for the report.
+    fn retire(&mut self, mut p: Proc) {
+        p.close_all(&self.set);
+        self.lingering.append(&mut p.lingering);
+        self.done.push(Done {
+            pid: p.pid,
+            comm: p.comm,
+            how: p.how,
+            counters: p.counters,
+        });
     }
 
     fn linger_round(&mut self) {
@@ -209,15 +215,8 @@ impl Watcher {
     /// Lets every process go (its files finished), then waits a bounded time for what is
     /// still being written back.
     fn finish(&mut self) {
-        for mut p in std::mem::take(&mut self.procs) {
-            p.close_all(&self.set);
-            self.lingering.append(&mut p.lingering);
-            self.done.push(Done {
-                pid: p.pid,
-                comm: p.comm.clone(),
-                how: p.how.clone(),
-                counters: p.counters.clone(),
-            });
+        for p in std::mem::take(&mut self.procs) {
+            self.retire(p);
         }
         let t0 = Instant::now();
         while !self.lingering.is_empty() && t0.elapsed() < FINISH_BUDGET {
