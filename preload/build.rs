@@ -9,13 +9,23 @@
 //!   symbol lookup each, 58 of them: a third of what the library added to an exec of
 //!   /bin/true). Each listed function is renamed with `--wrap` to a local stub that jumps
 //!   through the PLT, and `-z lazy` lets the loader bind a PLT entry on its first call, as
-//!   it does for most programs. A process pays only for the functions it calls.
+//!   it does for most programs. A process pays only for the functions it calls. What the
+//!   constructor itself calls (`__errno_location`, `memcpy`) is left out: bound at load, it
+//!   costs a lookup; bound lazily, the same lookup plus a fault on the PLT's page.
+//! - `startup.ld`: the pages a process touches at start gathered in as few as possible. A
+//!   page faulted in costs an exec about 2 us (copied on write) to 4 us (text: the kernel
+//!   maps its 16 neighbours too, and unmaps them at exit), measured here; this took the
+//!   library's share of an exec of /bin/true from 15 faults over an empty library's to 6
+//!   (bench/results/overhead-i16.md).
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=lazy-bound.txt");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    println!("cargo:rerun-if-changed=startup.ld");
+    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{dir}/startup.ld");
     let list = std::fs::read_to_string("lazy-bound.txt").expect("preload/lazy-bound.txt");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let mut asm = String::new();

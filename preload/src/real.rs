@@ -21,10 +21,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 const UNRESOLVED: usize = 0;
 const MISSING: usize = 1;
+/// Room for the longest name and its NUL.
+const NAME: usize = 24;
 
+/// A real function's slot. The name is kept inline, not as a pointer: a pointer in each of
+/// the 76 slots would be a relocation, and the loader would write (and copy on write) the
+/// slots' pages at every start, in processes that call none of the hooks.
 pub struct Real<F> {
     addr: AtomicUsize,
-    name: &'static CStr,
+    name: [u8; NAME],
     _f: PhantomData<F>,
 }
 
@@ -34,9 +39,20 @@ thread_local! {
 
 impl<F: Copy> Real<F> {
     pub const fn new(name: &'static CStr) -> Real<F> {
+        let bytes = name.to_bytes_with_nul();
+        assert!(
+            bytes.len() <= NAME,
+            "a real function's name is longer than NAME"
+        );
+        let mut inline = [0u8; NAME];
+        let mut i = 0;
+        while i < bytes.len() {
+            inline[i] = bytes[i];
+            i += 1;
+        }
         Real {
             addr: AtomicUsize::new(UNRESOLVED),
-            name,
+            name: inline,
             _f: PhantomData,
         }
     }
@@ -72,8 +88,8 @@ impl<F: Copy> Real<F> {
         if busy {
             return UNRESOLVED;
         }
-        // SAFETY: `name` is a NUL-terminated static string; dlsym only reads it.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
+        // SAFETY: `name` holds a NUL-terminated string (`new`); dlsym only reads it.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr().cast()) } as usize;
         let a = if p == 0 { MISSING } else { p };
         self.addr.store(a, Ordering::Release);
         let _ = RESOLVING.try_with(|r| r.set(false));

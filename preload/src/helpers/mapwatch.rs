@@ -114,8 +114,10 @@ static SLOTS: [MapSlot; MAPS] = [const {
         addr: AtomicUsize::new(0),
         len: AtomicUsize::new(0),
         kill: AtomicBool::new(false),
+        // All zero, so that the table is .bss, not 48 KiB of .data: `track` sets every
+        // field before the slot leaves Free.
         data: UnsafeCell::new(MapData {
-            fd: -1,
+            fd: 0,
             addr: 0,
             len: 0,
             file_off: 0,

@@ -57,9 +57,7 @@ extern "C" fn init() {
         );
         engine::install(cfg);
         if backend != Backend::Off {
-            // SAFETY: `after_fork_child` is a plain function that lives as long as the
-            // library, which is never unloaded while the process runs.
-            unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+            register_atfork();
         }
     })
 }
@@ -83,6 +81,25 @@ fn environment_has(prefix: &[u8]) -> bool {
         }
     }
     false
+}
+
+/// pthread_atfork(NULL, NULL, after_fork_child), made the way libc_nonshared's
+/// pthread_atfork makes it, but through the GOT (bound at load) rather than a lazily bound
+/// PLT entry: the first call through the PLT would fault its page in at every start.
+fn register_atfork() {
+    unsafe extern "C" {
+        static __dso_handle: *const libc::c_void;
+        fn __register_atfork(
+            prepare: Option<extern "C" fn()>,
+            parent: Option<extern "C" fn()>,
+            child: Option<extern "C" fn()>,
+            dso: *const libc::c_void,
+        ) -> libc::c_int;
+    }
+    // SAFETY: glibc's own entry behind pthread_atfork, given this library's handle (so
+    // the handler goes if the library is ever unloaded); `after_fork_child` is a plain
+    // function that lives as long as the library.
+    unsafe { __register_atfork(None, None, Some(after_fork_child), __dso_handle) };
 }
 
 extern "C" fn after_fork_child() {
