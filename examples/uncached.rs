@@ -1,4 +1,4 @@
-//! The kernel's best case, as a reference: read or copy a file with RWF_DONTCACHE
+//! The kernel's best case, as a reference: read, copy or write a file with RWF_DONTCACHE
 //! (uncached buffered I/O, libc::RWF_DONTCACHE = 0x80) passed directly to preadv2 and
 //! pwritev2, in 1 MiB chunks, with no fsync.
 //!
@@ -14,7 +14,7 @@ use std::time::Instant;
 
 const CHUNK: usize = 1 << 20;
 
-/// Read or copy a file with RWF_DONTCACHE.
+/// Read, copy or write a file with RWF_DONTCACHE.
 #[derive(Parser)]
 #[command(name = "uncached")]
 struct Args {
@@ -35,6 +35,14 @@ enum Cmd {
         src: PathBuf,
         /// File to copy to
         dst: PathBuf,
+    },
+    /// Write MIB MiB of zeros to DST (created/truncated, mode 0644) with pwritev2(RWF_DONTCACHE),
+    /// as `dd if=/dev/zero of=DST bs=1M count=MIB` writes them
+    Write {
+        /// File to write
+        dst: PathBuf,
+        /// MiB to write
+        mib: u64,
     },
 }
 
@@ -64,18 +72,43 @@ fn xfer(fd: i32, buf: &mut [u8], off: u64, write: bool) -> Result<usize, Error> 
     }
 }
 
+/// Creates or truncates `d` for writing.
+fn create(d: &PathBuf) -> Result<std::fs::File, (PathBuf, Error)> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(d)
+        .map_err(|e| (d.clone(), e))
+}
+
+/// Writes all of `buf` at `off`.
+fn write_all(fd: i32, buf: &mut [u8], off: u64, d: &PathBuf) -> Result<(), (PathBuf, Error)> {
+    let mut done = 0;
+    while done < buf.len() {
+        let w = xfer(fd, &mut buf[done..], off + done as u64, true).map_err(|e| (d.clone(), e))?;
+        if w == 0 {
+            return Err((d.clone(), Error::from(std::io::ErrorKind::WriteZero)));
+        }
+        done += w;
+    }
+    Ok(())
+}
+
+fn write_zeros(dst: &PathBuf, mib: u64) -> Result<u64, (PathBuf, Error)> {
+    let out = create(dst)?;
+    let mut buf = vec![0u8; CHUNK];
+    for i in 0..mib {
+        write_all(out.as_raw_fd(), &mut buf, i * CHUNK as u64, dst)?;
+    }
+    Ok(mib * CHUNK as u64)
+}
+
 fn run(src: &PathBuf, dst: Option<&PathBuf>) -> Result<u64, (PathBuf, Error)> {
     let input = std::fs::File::open(src).map_err(|e| (src.clone(), e))?;
     let output = match dst {
-        Some(d) => Some(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o644)
-                .open(d)
-                .map_err(|e| (d.clone(), e))?,
-        ),
+        Some(d) => Some(create(d)?),
         None => None,
     };
     let mut buf = vec![0u8; CHUNK];
@@ -86,15 +119,7 @@ fn run(src: &PathBuf, dst: Option<&PathBuf>) -> Result<u64, (PathBuf, Error)> {
             return Ok(off);
         }
         if let (Some(out), Some(d)) = (&output, dst) {
-            let mut done = 0;
-            while done < n {
-                let w = xfer(out.as_raw_fd(), &mut buf[done..n], off + done as u64, true)
-                    .map_err(|e| (d.clone(), e))?;
-                if w == 0 {
-                    return Err((d.clone(), Error::from(std::io::ErrorKind::WriteZero)));
-                }
-                done += w;
-            }
+            write_all(out.as_raw_fd(), &mut buf[..n], off, d)?;
         }
         off += n as u64;
     }
@@ -106,6 +131,7 @@ fn main() {
     let res = match &args.cmd {
         Cmd::Read { file } => run(file, None),
         Cmd::Copy { src, dst } => run(src, Some(dst)),
+        Cmd::Write { dst, mib } => write_zeros(dst, *mib),
     };
     match res {
         Ok(bytes) => println!(
