@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use std::io::Error;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const CHUNK: usize = 1 << 20;
@@ -73,30 +73,31 @@ fn xfer(fd: i32, buf: &mut [u8], off: u64, write: bool) -> Result<usize, Error> 
 }
 
 /// Creates or truncates `d` for writing.
-fn create(d: &PathBuf) -> Result<std::fs::File, (PathBuf, Error)> {
+fn create(d: &Path) -> Result<std::fs::File, (PathBuf, Error)> {
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o644)
         .open(d)
-        .map_err(|e| (d.clone(), e))
+        .map_err(|e| (d.to_path_buf(), e))
 }
 
 /// Writes all of `buf` at `off`.
-fn write_all(fd: i32, buf: &mut [u8], off: u64, d: &PathBuf) -> Result<(), (PathBuf, Error)> {
+fn write_all(fd: i32, buf: &mut [u8], off: u64, d: &Path) -> Result<(), (PathBuf, Error)> {
     let mut done = 0;
     while done < buf.len() {
-        let w = xfer(fd, &mut buf[done..], off + done as u64, true).map_err(|e| (d.clone(), e))?;
+        let w = xfer(fd, &mut buf[done..], off + done as u64, true)
+            .map_err(|e| (d.to_path_buf(), e))?;
         if w == 0 {
-            return Err((d.clone(), Error::from(std::io::ErrorKind::WriteZero)));
+            return Err((d.to_path_buf(), Error::from(std::io::ErrorKind::WriteZero)));
         }
         done += w;
     }
     Ok(())
 }
 
-fn write_zeros(dst: &PathBuf, mib: u64) -> Result<u64, (PathBuf, Error)> {
+fn write_zeros(dst: &Path, mib: u64) -> Result<u64, (PathBuf, Error)> {
     let out = create(dst)?;
     let mut buf = vec![0u8; CHUNK];
     for i in 0..mib {
