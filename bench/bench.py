@@ -553,8 +553,10 @@ def main():
         print(f"   ({time.time() - s0:.0f} s)", file=sys.stderr)
     args = sys.argv[1:]
     command = "make bench" if complete else "make bench-quick" if args == ["--quick"] else "bench/run.sh " + " ".join(args)
+    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
     results = dict(format=2, mode="bench" if a.full else "bench-quick", complete=complete, command=command,
-                   date=time.strftime("%Y-%m-%d"), seconds=round(time.time() - t0), machine=machine_facts(),
+                   commit=commit, date=time.strftime("%Y-%m-%d"), seconds=round(time.time() - t0), machine=machine_facts(),
                    vs_lib=a.vs_lib, sections=b.sections, plots=b.plots, samples=b.samples)
     out = Path(a.out)
     (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -8,6 +8,10 @@ regenerated at any time and are never edited by hand.
                                   bench/results/latest.json (the last full `make bench`)
   bench/report.py RESULTS.json    RESULTS.md only (e.g. bench/results/quick.json)
   --check                         change nothing; exit 1 if a regenerated file would differ
+  --merge RUN.json                fold a later full-size run of some scenarios (bench.py --full
+                                  --only ..., which writes partial.json) into latest.json: their
+                                  tables, samples and README figures replace the full run's,
+                                  and the report names the run each came from
 
 README blocks: the tables between <!-- bench:begin --> and <!-- bench:end -->, and the
 figures between <!-- bench:NAME:begin --> and <!-- bench:NAME:end --> for each summary a
@@ -17,6 +21,7 @@ import argparse
 import json
 import re
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -151,6 +156,9 @@ def render(results, link_prefix=""):
         f"Machine{read_on}: {machine_line(m)}. Each cell: median (min-max) over the repetitions, contenders "
         "interleaved; caches dropped before every cold run.\n"
     )
+    for scen, run in sorted(results.get("refreshed", {}).items()):
+        header += (f"\n{scen} is from a later run: `{run['command']}` on {run['date']} in {run['seconds']} s, "
+                   f"at commit {run['commit']}.\n")
     parts = []
     for sec in results["sections"]:
         if sec["kind"] == "table":
@@ -177,7 +185,9 @@ def render_summary(sec, results):
                       data.values(sec["scenario"], case, sec["baseline"], key))
             figs.append(f"{case} " + ("failed" if q is None else f"{q:.2f}x"))
         parts.append(f"{label} " + ", ".join(figs))
-    return f"last full run, {results['date']}: " + "; ".join(parts)
+    run = results.get("refreshed", {}).get(sec["scenario"])
+    when = f"run of {run['date']}" if run else f"last full run, {results['date']}"
+    return f"{when}: " + "; ".join(parts)
 
 
 def readme_blocks(results):
@@ -216,11 +226,42 @@ def update_readme(results, check=False):
     return new == text
 
 
+def merge(run_path, latest_path):
+    """Replaces, in the full run, every scenario the later run has: its sections (in the full
+    run's order), samples and plots, and notes where they came from."""
+    run, latest = json.loads(run_path.read_text()), json.loads(latest_path.read_text())
+    if run.get("format") != 2 or run.get("mode") != "bench" or run.get("vs_lib"):
+        sys.exit(f"report: {run_path} is not a --full run of this build alone: not merged")
+    scens = {x["scenario"] for x in run["sections"]}
+    sections = []
+    for sec in latest["sections"]:
+        if sec["scenario"] in scens:
+            if not any(x["scenario"] == sec["scenario"] for x in sections):
+                sections += [x for x in run["sections"] if x["scenario"] == sec["scenario"]]
+        else:
+            sections.append(sec)
+    sections += [x for x in run["sections"] if x["scenario"] not in {y["scenario"] for y in sections}]
+    latest["sections"] = sections
+    latest["samples"] = [x for x in latest["samples"] if x["scenario"] not in scens] + run["samples"]
+    latest["plots"] = sorted(set(latest["plots"]) | set(run["plots"]))
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    # Where the run wrote its files is no part of how to repeat it.
+    command = re.sub(r" --out \S+| --no-readme", "", run["command"])
+    for scen in scens:
+        latest.setdefault("refreshed", {})[scen] = dict(
+            command=command, date=run["date"], seconds=run["seconds"], commit=run.get("commit", commit))
+    latest_path.write_text(json.dumps(latest, indent=1) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="?", default=str(RESULTS / "latest.json"))
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a regenerated file would differ")
+    ap.add_argument("--merge", metavar="RUN.json", help="fold a later --full run of some scenarios into latest.json")
     a = ap.parse_args()
+    if a.merge:
+        merge(Path(a.merge), RESULTS / "latest.json")
     path = Path(a.results)
     results = json.loads(path.read_text())
     if results.get("format") != 2:
