@@ -11,7 +11,7 @@
 
 use crate::policy::{ReadStream, WriteStream};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 /// fds at or above this pass straight through.
 pub const MAX_FDS: usize = 4096;
@@ -94,7 +94,14 @@ pub struct Slot {
     pub fast_write: AtomicHot,
     pub fast_write_next: AtomicU64,
     pub fast_write_until: AtomicU64,
+    /// The flags the program opened the fd with and `KNOWN`, where its open went through
+    /// a hook (0 otherwise): adopting the fd then needs no fcntl(F_GETFL).
+    open_flags: AtomicI32,
 }
+
+/// Marks `open_flags` as known (no open flag uses the sign bit). 0, not known, keeps the
+/// table all zero, in .bss.
+const KNOWN: i32 = i32::MIN;
 
 // SAFETY: `file` is touched only through a `Claimed`, which exists only for whoever moved
 // `claim` from false to true (and a forked child's sole thread, see `release_all_claims`).
@@ -128,6 +135,7 @@ impl Slot {
             fast_write: AtomicHot::new(Hot::None),
             fast_write_next: AtomicU64::new(0),
             fast_write_until: AtomicU64::new(0),
+            open_flags: AtomicI32::new(0),
         }
     }
 }
@@ -184,10 +192,28 @@ impl Slot {
     }
 
     /// The fd now names something else (or nothing): forget all about it.
+    /// Another file on this fd, or the same one with other flags (a dup, F_SETFL): looked
+    /// at again on its next read or write.
     pub fn forget(&self) {
+        self.renew(0);
+    }
+
+    /// A file the program just opened on this fd with `flags`.
+    pub fn opened(&self, flags: i32) {
+        self.renew(flags | KNOWN);
+    }
+
+    fn renew(&self, open_flags: i32) {
         self.fast_read.store(Hot::None, Ordering::Release);
         self.fast_write.store(Hot::None, Ordering::Release);
+        self.open_flags.store(open_flags, Ordering::Relaxed);
         self.state.store(Managed::Unknown, Ordering::Release);
+    }
+
+    /// The flags the fd was opened with, if its open went through a hook.
+    pub fn open_flags(&self) -> Option<i32> {
+        let f = self.open_flags.load(Ordering::Relaxed);
+        (f & KNOWN != 0).then_some(f & !KNOWN)
     }
 
     pub fn try_claim(&'static self) -> Option<Claimed> {

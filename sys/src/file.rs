@@ -97,13 +97,30 @@ impl Drop for OwnFd {
 /// Moves a fd of the shim's own above the numbers the program is likely to use, close-on-
 /// exec, so that the program's own next open gets the number it would have got.
 pub fn move_high(fd: i32) -> Result<OwnFd, Errno> {
-    let low = OwnFd(fd);
+    use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
     // High, but not so high that the kernel grows the fd table (copied at every fork) to
-    // a million slots where the soft limit is that big.
-    let floor = (crate::proc::fd_limit().min(1024) as i64 - 64).max(64);
-    // SAFETY: kernel-checked: integers only; `low` is our own fd.
-    let high =
-        cvt(|| unsafe { libc::syscall(libc::SYS_fcntl, low.raw(), libc::F_DUPFD_CLOEXEC, floor) })?;
+    // a million slots where the soft limit is that big. Computed once (a getrlimit per
+    // reopened file was one system call in 25 of a tree copy's), again if the program
+    // lowered its limit below it since (EINVAL).
+    static FLOOR: AtomicI64 = AtomicI64::new(0);
+    let floor_now = || {
+        let f = (crate::proc::fd_limit().min(1024) as i64 - 64).max(64);
+        FLOOR.store(f, Relaxed);
+        f
+    };
+    let low = OwnFd(fd);
+    let dup_above = |floor: i64| {
+        // SAFETY: kernel-checked: integers only; `low` is our own fd.
+        cvt(|| unsafe { libc::syscall(libc::SYS_fcntl, low.raw(), libc::F_DUPFD_CLOEXEC, floor) })
+    };
+    let floor = match FLOOR.load(Relaxed) {
+        0 => floor_now(),
+        f => f,
+    };
+    let high = match dup_above(floor) {
+        Err(e) if e.0 == libc::EINVAL => dup_above(floor_now())?,
+        r => r?,
+    };
     Ok(OwnFd(high as i32))
 }
 

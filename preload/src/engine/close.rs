@@ -15,6 +15,13 @@ pub fn forget(fd: i32) {
     }
 }
 
+/// The program opened `fd` with `flags`.
+pub fn opened(fd: i32, flags: i32) {
+    if let Some(slot) = fdtable::slot(fd) {
+        slot.opened(flags);
+    }
+}
+
 /// Before `fd` is closed: drop what its streams consumed, settle what they wrote.
 pub fn closing(fd: i32) {
     super::tree::program_closes(fd as u32, fd as u32);

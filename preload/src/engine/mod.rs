@@ -19,7 +19,7 @@ mod stdio;
 mod tree;
 mod write;
 
-pub use close::{closing, closing_range, forget};
+pub use close::{closing, closing_range, forget, opened};
 pub use copy::copy_len;
 pub use dir::{directory_closing, directory_opened};
 pub use files::dontcache_refused;

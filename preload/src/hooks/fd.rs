@@ -3,9 +3,18 @@
 use crate::engine;
 use libc::{c_char, c_int, c_uint, mode_t, off_t};
 
+/// A new fd from dup and its relatives: another slot's file, flags unknown.
 fn opened(fd: c_int) -> c_int {
     if fd >= 0 {
         engine::forget(fd);
+    }
+    fd
+}
+
+/// A file the program opened with `flags`.
+fn opened_with(fd: c_int, flags: c_int) -> c_int {
+    if fd >= 0 {
+        engine::opened(fd, flags);
     }
     fd
 }
@@ -15,7 +24,7 @@ macro_rules! open_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             let fd = call_real!($real(path, flags, mode) or syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags, mode));
-            opened(fd)
+            opened_with(fd, flags)
         }
     };
 }
@@ -32,7 +41,7 @@ macro_rules! openat_hook {
             mode: mode_t,
         ) -> c_int {
             let fd = call_real!($real(dirfd, path, flags, mode) or syscall(libc::SYS_openat, dirfd, path, flags, mode));
-            opened(fd)
+            opened_with(fd, flags)
         }
     };
 }
@@ -44,7 +53,7 @@ macro_rules! creat_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, mode: mode_t) -> c_int {
             let fd = call_real!($real(path, mode) or syscall(libc::SYS_openat, libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode));
-            opened(fd)
+            opened_with(fd, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC)
         }
     };
 }
@@ -57,7 +66,7 @@ macro_rules! open2_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int) -> c_int {
             let fd = call_real!($real(path, flags) or enosys);
-            opened(fd)
+            opened_with(fd, flags)
         }
     };
 }
@@ -69,7 +78,7 @@ macro_rules! openat2_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
             let fd = call_real!($real(dirfd, path, flags) or enosys);
-            opened(fd)
+            opened_with(fd, flags)
         }
     };
 }
