@@ -53,6 +53,24 @@ for c in "${copiers[@]}"; do
 done
 have_cgroup || skip "copy cgroup peaks: need root and the cgroup v1 memory controller"
 
+# Appending (O_APPEND, `>>`) to a file whose start is cached (16 MiB read, and readahead's
+# share): the stream starts at the file's end, so those pages are not taken for the
+# stream's and stay; what was appended goes. (A shim that planned the stream from the file
+# position, 0 until the first append, would drop the cached start.)
+append_to_warm() {
+    make_file "$d/log" 32
+    want_log=$(cat "$d/log" "$F" | sha256sum)
+    evict "$d/log"; evict "$F"; warm "$d/log" 16
+    before_kib=$(cached_kib "$d/log")
+    shim bash -c "cat $F >>$d/log"
+    kept_kib=$(cached_kib "$d/log")
+}
+undisturbed append_to_warm
+check "cat F >> G: G is its old bytes then F's" [ "$(sha256sum <"$d/log")" = "$want_log" ]
+check "cat F >> G: what was cached before stays, the appended $SIZE MiB go ($before_kib KiB before, $kept_kib after)" \
+    '[ "$before_kib" -ge 16384 ] && [ "$kept_kib" -ge "$before_kib" ] && [ "$kept_kib" -le $((before_kib + 2048)) ]'
+rm -f "$d/log"
+
 # Small files are left completely alone: no writeback started, nothing dropped.
 head -c 100000 /dev/urandom >"$d/small"
 if have strace; then

@@ -50,6 +50,8 @@ pub struct FileState {
     pub size_at_open: u64,
     pub readable: bool,
     pub writable: bool,
+    /// Opened with O_APPEND (an F_SETFL makes the shim look at the fd again).
+    pub append: bool,
     /// cachestat refused this file (no write permission): residency is unknowable.
     pub unprovable: bool,
     pub read: ReadStream,
@@ -118,6 +120,7 @@ impl Slot {
                 size_at_open: 0,
                 readable: false,
                 writable: false,
+                append: false,
                 unprovable: false,
                 read: ReadStream::new(),
                 write: WriteStream::new(),

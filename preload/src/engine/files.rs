@@ -139,6 +139,7 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         size_at_open: id.size,
         readable,
         writable,
+        append: flags & libc::O_APPEND != 0,
         prefetch_reach,
         prefetch_chunk,
         small,

@@ -71,7 +71,7 @@ pub fn stdio_before_write(fd: i32) {
     with_file(fd, Scope::Unexamined, |eng, c| {
         let f = c.file();
         if f.writable && !f.write.started {
-            let off = write_position(fd);
+            let off = write_position(fd, f.append);
             if let Some(r) = f.write.plan(off, &eng.params) {
                 snapshot(fd, &mut f.write.proof, r);
             }

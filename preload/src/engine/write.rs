@@ -97,7 +97,7 @@ pub(super) fn slow_before_write(fd: i32, off: Option<u64>) -> WriteTicket {
         let off = match off {
             Some(o) => o,
             None if f.write.started => f.write.next,
-            None => write_position(fd),
+            None => write_position(fd, f.append),
         };
         if f.write.started && !f.write.continues(off) {
             finish_write(eng, fd, f);
@@ -115,8 +115,7 @@ pub(super) fn slow_before_write(fd: i32, off: Option<u64>) -> WriteTicket {
 }
 
 /// Where a write at the file position lands: the end of the file under O_APPEND.
-pub(super) fn write_position(fd: i32) -> u64 {
-    let append = sys::file::status_flags(fd).is_ok_and(|fl| fl & libc::O_APPEND != 0);
+pub(super) fn write_position(fd: i32, append: bool) -> u64 {
     if append {
         sys::file::identify(fd).map_or(0, |id| id.size)
     } else {
