@@ -39,20 +39,9 @@ thread_local! {
 
 impl<F: Copy> Real<F> {
     pub const fn new(name: &'static CStr) -> Real<F> {
-        let bytes = name.to_bytes_with_nul();
-        assert!(
-            bytes.len() <= NAME,
-            "a real function's name is longer than NAME"
-        );
-        let mut inline = [0u8; NAME];
-        let mut i = 0;
-        while i < bytes.len() {
-            inline[i] = bytes[i];
-            i += 1;
-        }
         Real {
             addr: AtomicUsize::new(UNRESOLVED),
-            name: inline,
+            name: crate::inline_name(name.to_bytes_with_nul()),
             _f: PhantomData,
         }
     }

@@ -50,20 +50,9 @@ pub struct Helper {
 
 impl Helper {
     pub const fn new(name: &'static str, stack: usize) -> Helper {
-        let bytes = name.as_bytes();
-        assert!(
-            bytes.len() <= NAME_MAX,
-            "a helper's name fits a thread name"
-        );
-        let mut buf = [0u8; NAME_MAX];
-        let mut i = 0;
-        while i < bytes.len() {
-            buf[i] = bytes[i];
-            i += 1;
-        }
         Helper {
-            name: buf,
-            name_len: bytes.len() as u8,
+            name: crate::inline_name(name.as_bytes()),
+            name_len: name.len() as u8,
             stack,
             run: AtomicRun::new(Run::NotStarted),
             wake: AtomicU32::new(0),
