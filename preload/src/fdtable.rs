@@ -194,7 +194,6 @@ impl Slot {
         self.fast_write.store(Hot::None, Ordering::Release);
     }
 
-    /// The fd now names something else (or nothing): forget all about it.
     /// Another file on this fd, or the same one with other flags (a dup, F_SETFL): looked
     /// at again on its next read or write.
     pub fn forget(&self) {
