@@ -289,6 +289,17 @@ mod tests {
         assert_eq!(cache.count(Range::new(0, size)), cache.count(warm));
     }
 
+    /// `n` pages read at random (a linear congruential sequence from `x`) by the program.
+    fn touch_random(cache: &mut Cache, x: &mut u64, size: u64, n: usize) {
+        for _ in 0..n {
+            *x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (*x >> 20) % (size / PAGE) * PAGE;
+            cache.touch(Range::new(off, off + PAGE));
+        }
+    }
+
     #[test]
     fn random_reads_over_a_half_cached_file_never_drop_what_was_cached() {
         let size = 256 * MIB;
@@ -298,13 +309,7 @@ mod tests {
         let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
         let mut x = 12345u64;
         for _ in 0..50 {
-            for _ in 0..500 {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let off = (x >> 20) % (size / PAGE) * PAGE;
-                cache.touch(Range::new(off, off + PAGE));
-            }
+            touch_random(&mut cache, &mut x, size, 500);
             round(&mut g, &mut cache, size, 2, false);
         }
         assert_eq!(cache.count(warm) as u64, warm.len() / PAGE);
@@ -319,13 +324,7 @@ mod tests {
         let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
         let mut x = 777u64;
         for _ in 0..40 {
-            for _ in 0..200 {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let off = (x >> 20) % (size / PAGE) * PAGE;
-                cache.touch(Range::new(off, off + PAGE));
-            }
+            touch_random(&mut cache, &mut x, size, 200);
             let before = cache.count(Range::new(0, size));
             round(&mut g, &mut cache, size, 2, false);
             assert_eq!(
