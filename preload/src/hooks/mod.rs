@@ -11,6 +11,28 @@ compile_error!(
     "the hooks take variadic arguments as fixed ones: only x86_64 and aarch64 are checked"
 );
 
+/// Inside a read or write hook's body, the two ways it calls its real function: `call`, a
+/// plain (tail) call once the symbol is resolved, and `unresolved`, cold, `call_real!` with
+/// its fallback while the symbol is not resolved yet (or is missing).
+macro_rules! real_calls {
+    (($fd:ident $(, $a:ident: $t:ty)*) -> $ret:ty = $real:ident or ($($fb:tt)+)) => {
+        #[cold]
+        #[inline(never)]
+        extern "C" fn unresolved($fd: libc::c_int $(, $a: $t)*) -> $ret {
+            call_real!($real($fd $(, $a)*) or $($fb)+)
+        }
+        #[inline(always)]
+        fn call($fd: libc::c_int $(, $a: $t)*) -> $ret {
+            match $crate::real::$real.ready() {
+                // SAFETY: as in `call_real!`: glibc's function of this signature, with
+                // the program's own arguments.
+                Some(f) => unsafe { f($fd $(, $a)*) },
+                None => unresolved($fd $(, $a)*),
+            }
+        }
+    };
+}
+
 mod copy;
 mod dir;
 mod fd;

@@ -121,22 +121,7 @@ macro_rules! hook {
     ) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
-            /// The real call while the symbol is not resolved yet (or missing).
-            #[cold]
-            #[inline(never)]
-            extern "C" fn unresolved($fd: c_int $(, $a: $t)*) -> ssize_t {
-                call_real!($real($fd $(, $a)*) or $($fb)+)
-            }
-            /// The real call: resolved, a plain (tail) call of it.
-            #[inline(always)]
-            fn call($fd: c_int $(, $a: $t)*) -> ssize_t {
-                match real::$real.ready() {
-                    // SAFETY: as in `call_real!`: glibc's function of this signature, with
-                    // the program's own arguments.
-                    Some(f) => unsafe { f($fd $(, $a)*) },
-                    None => unresolved($fd $(, $a)*),
-                }
-            }
+            real_calls!(($fd $(, $a: $t)*) -> ssize_t = $real or ($($fb)+));
             #[inline(always)]
             fn with_ticket($tk: ReadTicket, $fd: c_int $(, $a: $t)*) -> ssize_t {
                 $with_ticket

@@ -2,7 +2,6 @@
 //! and cached pages with windowed writeback. The write itself is never altered.
 
 use crate::engine::{self, WritePath};
-use crate::real;
 use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
 
 /// One write hook, in parts as the read hooks are (see hooks/read.rs): the exported body
@@ -16,22 +15,7 @@ macro_rules! hook {
     ) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
-            /// The real call while the symbol is not resolved yet (or missing).
-            #[cold]
-            #[inline(never)]
-            extern "C" fn unresolved($fd: c_int $(, $a: $t)*) -> ssize_t {
-                call_real!($real($fd $(, $a)*) or $($fb)+)
-            }
-            /// The real call: resolved, a plain (tail) call of it.
-            #[inline(always)]
-            fn call($fd: c_int $(, $a: $t)*) -> ssize_t {
-                match real::$real.ready() {
-                    // SAFETY: as in `call_real!`: glibc's function of this signature, with
-                    // the program's own arguments.
-                    Some(f) => unsafe { f($fd $(, $a)*) },
-                    None => unresolved($fd $(, $a)*),
-                }
-            }
+            real_calls!(($fd $(, $a: $t)*) -> ssize_t = $real or ($($fb)+));
             // These two are extern "C" (they cannot unwind, like the hook), so that the
             // calls to them are tail calls.
             #[inline(never)]
