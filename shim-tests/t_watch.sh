@@ -276,23 +276,31 @@ fi
 # Throttled readers and copiers attached to 2 s in: at 200 MiB/s for the issue's 2 GiB, and
 # at SIZE/8 MiB/s for a smaller file, so that most of it is still to come after the attach.
 rate=$((SIZE / 8)); [ $rate -gt 200 ] && rate=200
+
+# attach_and_follow PID CG: after PID has run 2 s in memory cgroup CG, attaches
+# `dropbehind --pid` to it and samples the group's page cache every 50 ms until PID ends.
+# Sets base (at the attach), peak and rc (PID's status); waits for the watcher too.
+attach_and_follow() {
+    local pid=$1 cg=$2 c wp
+    sleep 2
+    base=$(awk '$1=="cache"{print int($2/1048576)}' "$cg/memory.stat")
+    "$LAUNCHER" --pid "$pid" & wp=$!
+    peak=$base
+    while kill -0 "$pid" 2>/dev/null; do
+        c=$(awk '$1=="cache"{print int($2/1048576)}' "$cg/memory.stat")
+        [ "$c" -gt "$peak" ] && peak=$c
+        sleep 0.05
+    done
+    wait "$pid"; rc=$?
+    wait "$wp"
+}
+
 if command -v pv >/dev/null; then
     evict "$BIG"
     cg=/sys/fs/cgroup/memory/dropbehind_watch_pv_$$
     mkdir "$cg"
     bash -c 'echo $$ >"$1/cgroup.procs"; exec pv -qL "$3"m "$2"' _ "$cg" "$BIG" "$rate" >"$d/pv.out" &
-    pvp=$!
-    sleep 2
-    base=$(awk '$1=="cache"{print int($2/1048576)}' "$cg/memory.stat")
-    "$LAUNCHER" --pid $pvp & wp=$!
-    peak=$base
-    while kill -0 $pvp 2>/dev/null; do
-        c=$(awk '$1=="cache"{print int($2/1048576)}' "$cg/memory.stat")
-        [ "$c" -gt "$peak" ] && peak=$c
-        sleep 0.05
-    done
-    wait $pvp; rc=$?
-    wait $wp
+    attach_and_follow $! "$cg"
     check "--pid on pv: status 0 ($rc), output identical" \
         sh -c '[ "$1" = 0 ] && [ "$(sha256sum <"$2")" = "$3" ]' _ "$rc" "$d/pv.out" "$want"
     check "--pid on pv -L ${rate}m: page cache grew $((peak - base)) MiB after the attach (<= $LIMIT)" [ $((peak - base)) -le $LIMIT ]
@@ -319,18 +327,7 @@ if command -v rclone >/dev/null; then
     mkdir "$cg"
     bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" \
         rclone copy -q --bwlimit "${rate}M" "$d/src" "$d/dst" &
-    rcp=$!
-    sleep 2
-    base=$(awk '$1=="cache"{print int($2/1048576)}' "$cg/memory.stat")
-    "$LAUNCHER" --pid $rcp & wp=$!
-    peak=$base
-    while kill -0 $rcp 2>/dev/null; do
-        c=$(awk '$1=="cache"{print int($2/1048576)}' "$cg/memory.stat")
-        [ "$c" -gt "$peak" ] && peak=$c
-        sleep 0.05
-    done
-    wait $rcp; rc=$?
-    wait $wp
+    attach_and_follow $! "$cg"
     check "--pid on rclone copy --bwlimit ${rate}M: status 0 ($rc), copy identical" \
         sh -c '[ "$1" = 0 ] && [ "$(sha256sum <"$2")" = "$3" ]' _ "$rc" "$d/dst/big" "$want"
     check "--pid on rclone copy --bwlimit ${rate}M: page cache grew $((peak - base)) MiB after the attach (<= $LIMIT)" \
