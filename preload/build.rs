@@ -12,6 +12,11 @@
 //!   it does for most programs. A process pays only for the functions it calls. What the
 //!   constructor itself calls (`__errno_location`, `memcpy`) is left out: bound at load, it
 //!   costs a lookup; bound lazily, the same lookup plus a fault on the PLT's page.
+//! - `-z separate-loadable-segments`: each segment starts on a page of its own, so the
+//!   relocated data (RELRO: vtables, panic locations, the GOT; 16 KiB) spans 4 pages
+//!   instead of the 5 it straddled, and the loader's zeroing of its end falls on a page the
+//!   relocations write anyway: 2 faults fewer per start, RELRO kept (`-z norelro` saves the
+//!   same time, with the vtables left writable). GNU ld ignores the option with a warning.
 //! - `startup.ld`: the pages a process touches at start gathered in as few as possible. A
 //!   page faulted in costs an exec about 2 us (copied on write) to 4 us (text: the kernel
 //!   maps its 16 neighbours too, and unmaps them at exit), measured here; this took the
@@ -23,6 +28,7 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-changed=lazy-bound.txt");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,separate-loadable-segments");
     println!("cargo:rerun-if-changed=startup.ld");
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();
     println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{dir}/startup.ld");
