@@ -56,10 +56,12 @@ pub struct ReadStream {
     pub prefetch: Prefetch,
 }
 
-/// Whether a read at `off` continues a stream whose last read ended at `next`.
+/// Whether a read at `off` continues a stream whose last read ended at `next`:
+/// `next - GAP_BACKWARD <= off <= next + GAP_FORWARD`, as one comparison (the read hooks'
+/// hot path asks it on every call). Exact for offsets below 2^63, which file offsets are.
 #[inline]
 pub fn read_continues(next: u64, off: u64) -> bool {
-    off <= next.saturating_add(GAP_FORWARD) && off.saturating_add(GAP_BACKWARD) >= next
+    off.wrapping_sub(next).wrapping_add(GAP_BACKWARD) <= GAP_FORWARD + GAP_BACKWARD
 }
 
 /// Which reads may bypass the policy until something changes: computed after every event
@@ -344,6 +346,34 @@ impl ReadStream {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn read_continues_is_the_window_around_next() {
+        let near = |v: u64| [v, v.wrapping_add(1), v.wrapping_sub(1)];
+        let mut points = vec![0, 1, 4096, GAP_BACKWARD, GAP_FORWARD, i64::MAX as u64];
+        for v in [
+            GAP_BACKWARD,
+            GAP_FORWARD,
+            1 << 40,
+            (i64::MAX as u64) - GAP_FORWARD,
+        ] {
+            points.extend(near(v));
+        }
+        for &next in &points {
+            for d in [0, 1, GAP_BACKWARD, GAP_FORWARD] {
+                for off in near(next.wrapping_add(d))
+                    .into_iter()
+                    .chain(near(next.wrapping_sub(d)))
+                {
+                    if off > i64::MAX as u64 || next > i64::MAX as u64 {
+                        continue;
+                    }
+                    let window = off <= next + GAP_FORWARD && off + GAP_BACKWARD >= next;
+                    assert_eq!(read_continues(next, off), window, "next {next} off {off}");
+                }
+            }
+        }
+    }
+
     use super::*;
     use crate::policy::sim::*;
     use crate::policy::{PAGE, PROOF_BLOCK, READAHEAD_REACH};
