@@ -88,7 +88,8 @@ pub struct Slot {
     claim: AtomicBool,
     file: UnsafeCell<FileState>,
     /// The read hot path, published by whoever holds the claim: its mode, the offset after
-    /// the last read, and the bound of `Hot::Sequential`.
+    /// the last read, and the bound its reads end before (the stream's next event, the end
+    /// of the file as far as the shim has seen it).
     pub fast_read: AtomicHot,
     pub fast_read_next: AtomicU64,
     pub fast_read_until: AtomicU64,

@@ -59,15 +59,21 @@ pub(super) fn take_fast(c: &mut Claimed) {
 pub(super) fn publish(eng: &Engine, fd: i32, c: &mut Claimed) {
     let slot = c.slot();
     let f = c.file();
+    // Reads that may reach the end of the file (as far as the shim has seen it: its size
+    // at open, or how far it was read or written since) take the full path, which sees the
+    // end: the hot path counts on a read returning all it asked for.
+    let inside = f.size_at_open.max(f.read.next).max(f.write.next).saturating_add(1);
     match f.read.fast(&read_params(eng, f)) {
         FastRead::None => {}
         FastRead::Random => {
             slot.fast_read_next.store(f.read.next, Ordering::Relaxed);
+            slot.fast_read_until.store(inside, Ordering::Relaxed);
             slot.fast_read.store(Hot::Random, Ordering::Release);
         }
         FastRead::Sequential { until } => {
             slot.fast_read_next.store(f.read.next, Ordering::Relaxed);
-            slot.fast_read_until.store(until, Ordering::Relaxed);
+            slot.fast_read_until
+                .store(until.min(inside), Ordering::Relaxed);
             let mode = if uncached_reads(eng, fd, f) {
                 Hot::SequentialUncached
             } else {

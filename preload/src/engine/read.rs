@@ -46,26 +46,45 @@ impl ReadTicket {
 
 /// Which way a read hook goes, decided before the real call.
 pub enum ReadPath {
-    /// Not a file the shim manages (or beyond the table): the real call is all there is.
+    /// Not a file the shim manages (or beyond the table), or a cached stream's read whose
+    /// end is already recorded as the stream's position: the real call is all there is.
     Through,
-    /// The hot path with the ticket `before_read` would give: the real call (replaced for an
-    /// uncached stream), then `after_fast_read`.
+    /// The hot path with the ticket `before_read` would give, for a read whose size is only
+    /// known after the call (an iovec array) or an uncached stream's: the real call
+    /// (replaced for an uncached stream), then `after_fast_read`.
     Fast(ReadTicket),
     /// Everything else: `before_read`, the call it asks for, `after_read`.
     Full,
 }
 
-/// The read hooks' first question, answered with a few loads and no call, so that the two
+/// The read hooks' first question, answered with a few loads and no call, so that the
 /// common answers cost a hook no frame: a pass-through is a tail call. The same answer as
-/// `before_read` for the same slot state.
+/// `before_read` for the same slot state. `asked`: the bytes asked for, where known before
+/// the call; a cached stream's read that ends inside the file as the shim knows it
+/// (`fast_read_until`) then returns all of them (a regular file reads short only at its
+/// end), so its end is recorded before the call, which the hook then tail-calls. Should it
+/// come back short all the same (an error, a file truncated meanwhile), the stream's
+/// position is ahead by the difference, as after a small forward skip.
 #[inline(always)]
-pub fn read_path(fd: i32, off: Option<u64>) -> ReadPath {
+pub fn read_path(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadPath {
     let Some(slot) = fdtable::slot(fd) else {
         return ReadPath::Through;
     };
     match slot.state() {
         Managed::Ignored => ReadPath::Through,
         Managed::Tracked => match fast_read_ticket(slot, off) {
+            Some(t)
+                if !t.dontcache
+                    && let Some(n) = asked =>
+            {
+                let end = t.off.saturating_add(n as u64);
+                if end < slot.fast_read_until.load(Ordering::Relaxed) {
+                    slot.fast_read_next.store(end, Ordering::Release);
+                    ReadPath::Through
+                } else {
+                    ReadPath::Full
+                }
+            }
             Some(t) => ReadPath::Fast(t),
             None => ReadPath::Full,
         },
@@ -84,9 +103,8 @@ pub fn after_fast_read(fd: i32, off: u64, asked: impl FnOnce() -> usize, ret: is
         && let Some(slot) = fdtable::slot(fd)
     {
         let end = off + ret as u64;
-        let mode = slot.fast_read.load(Ordering::Acquire);
-        if mode == Hot::Random
-            || (mode != Hot::None && end < slot.fast_read_until.load(Ordering::Relaxed))
+        if slot.fast_read.load(Ordering::Acquire) != Hot::None
+            && end < slot.fast_read_until.load(Ordering::Relaxed)
         {
             slot.fast_read_next.store(end, Ordering::Release);
             return;
@@ -189,9 +207,8 @@ pub fn after_read(fd: i32, t: ReadTicket, asked: usize, ret: isize) {
         && let Some(slot) = fdtable::slot(fd)
     {
         let end = t.off + ret as u64;
-        let mode = slot.fast_read.load(Ordering::Acquire);
-        if mode == Hot::Random
-            || (mode != Hot::None && end < slot.fast_read_until.load(Ordering::Relaxed))
+        if slot.fast_read.load(Ordering::Acquire) != Hot::None
+            && end < slot.fast_read_until.load(Ordering::Relaxed)
         {
             slot.fast_read_next.store(end, Ordering::Release);
             return;

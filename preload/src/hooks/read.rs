@@ -106,17 +106,20 @@ fn read_vec(
 
 /// One read hook, in parts, so that the common cases cost the least: the exported body only
 /// decides, with a few loads and no frame (`engine::read_path`), and tail-calls the real
-/// function where the shim has nothing to do, `fast` for a cached stream's hot path,
-/// `uncached` for an uncached stream's, or `full`, the engine's whole path.
+/// function where the shim has nothing to do (a cached stream's hot path included, where
+/// the count is an argument), `fast` for a cached stream's hot path where the count is in
+/// an iovec array, `uncached` for an uncached stream's, or `full`, the engine's whole path.
 /// - `= REAL or (FALLBACK)`: the real function and `call_real!`'s fallback;
 /// - `through if`: calls the engine never sees (besides fds it does not manage);
-/// - `at`: the offset read (`None`: the file position); `asked`: the bytes asked for;
+/// - `at`: the offset read (`None`: the file position); `asked`: the bytes asked for, read
+///   after the call; `known`: the same where it needs no memory of the program's (`None`
+///   for an iovec array, which only the kernel may read first);
 /// - `ticket t => ...`: the read as the ticket `t` says.
 macro_rules! hook {
     (
         $name:ident($fd:ident: c_int $(, $a:ident: $t:ty)*) = $real:ident or ($($fb:tt)+);
         through if $through:expr;
-        at $at:expr, asked $asked:expr;
+        at $at:expr, asked $asked:expr, known $known:expr;
         ticket $tk:ident => $with_ticket:expr;
     ) => {
         #[unsafe(no_mangle)]
@@ -137,7 +140,7 @@ macro_rules! hook {
             extern "C" fn uncached($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
                 with_ticket(ReadTicket::fast(off, true), $fd $(, $a)*)
             }
-            /// The hot path: the real call, then the stream's new position.
+            /// The hot path of a vector read: the real call, then the stream's new position.
             #[inline(never)]
             extern "C" fn fast($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
                 let ret = call($fd $(, $a)*);
@@ -147,7 +150,7 @@ macro_rules! hook {
             if $through {
                 return call($fd $(, $a)*);
             }
-            match engine::read_path($fd, $at) {
+            match engine::read_path($fd, $at, $known) {
                 ReadPath::Through => call($fd $(, $a)*),
                 ReadPath::Fast(t) if !t.dontcache => fast($fd $(, $a)*, t.off()),
                 ReadPath::Fast(t) => uncached($fd $(, $a)*, t.off()),
@@ -161,7 +164,7 @@ hook! {
     read(fd: c_int, buf: *mut c_void, n: size_t) = READ
         or (syscall(libc::SYS_read, fd, buf, n));
     through if false;
-    at None, asked n;
+    at None, asked n, known Some(n);
     ticket t => read_one(t, fd, buf, n, -1, || call(fd, buf, n));
 }
 
@@ -169,7 +172,7 @@ hook! {
 hook! {
     __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) = READ_CHK or (enosys);
     through if n > buflen;
-    at None, asked n;
+    at None, asked n, known Some(n);
     ticket t => read_one(t, fd, buf, n, -1, || call(fd, buf, n, buflen));
 }
 
@@ -179,7 +182,7 @@ macro_rules! pread_hook {
             $name(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) = $real
                 or (syscall(libc::SYS_pread64, fd, buf, n, off));
             through if off < 0;
-            at Some(off as u64), asked n;
+            at Some(off as u64), asked n, known Some(n);
             ticket t => read_one(t, fd, buf, n, off, || call(fd, buf, n, off));
         }
     };
@@ -193,7 +196,7 @@ macro_rules! pread_chk_hook {
             $name(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) = $real
                 or (enosys);
             through if off < 0 || n > buflen;
-            at Some(off as u64), asked n;
+            at Some(off as u64), asked n, known Some(n);
             ticket t => read_one(t, fd, buf, n, off, || call(fd, buf, n, off, buflen));
         }
     };
@@ -205,7 +208,7 @@ hook! {
     readv(fd: c_int, iov: *const iovec, cnt: c_int) = READV
         or (syscall(libc::SYS_readv, fd, iov, cnt));
     through if false;
-    at None, asked iov_len(iov, cnt);
+    at None, asked iov_len(iov, cnt), known None;
     ticket t => read_vec(t, fd, iov, cnt, -1, 0, || call(fd, iov, cnt));
 }
 
@@ -215,7 +218,7 @@ macro_rules! preadv_hook {
             $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) = $real
                 or (syscall(libc::SYS_preadv, fd, iov, cnt, off));
             through if off < 0;
-            at Some(off as u64), asked iov_len(iov, cnt);
+            at Some(off as u64), asked iov_len(iov, cnt), known None;
             ticket t => read_vec(t, fd, iov, cnt, off, 0, || call(fd, iov, cnt, off));
         }
     };
@@ -230,7 +233,7 @@ macro_rules! preadv2_hook {
             $name(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) = $real
                 or (enosys);
             through if off < -1;
-            at if off == -1 { None } else { Some(off as u64) }, asked iov_len(iov, cnt);
+            at if off == -1 { None } else { Some(off as u64) }, asked iov_len(iov, cnt), known None;
             ticket t => read_vec(t, fd, iov, cnt, off, flags, || call(fd, iov, cnt, off, flags));
         }
     };
