@@ -13,8 +13,10 @@
 # seq (4 KiB preads walking a cached 64 MiB file, cycling), seq-uncached (the same
 # stream when its reads become RWF_DONTCACHE), read (the same with read()), rand (4 KiB
 # preads at random offsets), stride (every 100th page), small (a 64 KiB file, which the
-# shim leaves alone), pipe (1-byte write and read on a pipe, per call), write (4 KiB
-# appending writes). valgrind does not know cachestat, so under it every file looks
+# shim leaves alone), pipe (1-byte write and read on a pipe, per call), write-window (4 KiB
+# appending writes continuing a stream, after its first MiB, inside an 8 MiB window: the
+# hot path alone), write (4 KiB appending writes from the start, the windows' writeback
+# included: callgrind counts every thread, the writeback helper's too). valgrind does not know cachestat, so under it every file looks
 # unprovable and `auto` streams read uncached: `seq` sets DROPBEHIND_BACKEND=fadvise to
 # take the path a provable file takes natively.
 set -eu
@@ -49,8 +51,9 @@ int main(int argc, char **argv) {
             if (write(p[1], buf, 1) != 1 || read(p[0], buf, 1) != 1) return 1;
         return 0;
     }
-    if (!strcmp(kind, "write")) {
+    if (!strncmp(kind, "write", 5)) {
         int fd = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (!strcmp(kind, "write-window")) n += 256; /* 1 MiB first: a stream by then */
         for (long i = 0; i < n; i++)
             if (write(fd, buf, sizeof buf) != sizeof buf) return 1;
         return 0;
@@ -85,7 +88,7 @@ cat "$TMP/big" "$TMP/small" >/dev/null
 
 # ir PRELOAD BACKEND KIND N: instructions of the whole run.
 ir() {
-    env LD_PRELOAD="$1" DROPBEHIND_BACKEND="$2" valgrind --tool=callgrind \
+    env LD_PRELOAD="$1" DROPBEHIND_BACKEND="$2" DROPBEHIND_WINDOW="$window" valgrind --tool=callgrind \
         --callgrind-out-file=/dev/null "$TMP/calls" "$3" "$4" "$5" 2>&1 |
         awk '/Collected :/ { print $NF }'
 }
@@ -93,9 +96,10 @@ ir() {
 for lib in "$@"; do
     lib=$(realpath "$lib")
     echo "instructions added per call by $lib (N=$N, callgrind):"
-    for kind in seq-window read-window seq seq-uncached read rand stride small pipe write; do
-        file=$TMP/big backend=auto n=$N
+    for kind in seq-window read-window seq seq-uncached read rand stride small pipe write-window write; do
+        file=$TMP/big backend=auto n=$N window=2M
         case $kind in
+        write-window) file=$TMP/out n=150 window=8M ;;
         *-window) backend=fadvise n=150 ;;
         seq | read) backend=fadvise ;;
         small) file=$TMP/small ;;
