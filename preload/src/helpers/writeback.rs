@@ -45,6 +45,15 @@ const WAIT_BUDGET: Duration = Duration::from_secs(30);
 /// An own fd entry whose number the program closed (see `release_fds`).
 const REVOKED: i32 = -2;
 
+/// What a job is about to do with its fd (see `Job::usable`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// Start writeback, or look at what is dirty.
+    Look,
+    /// Drop pages.
+    Drop,
+}
+
 /// Whose fd a job uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fd {
@@ -157,10 +166,15 @@ impl Job {
     }
 
     /// Whether the job's fd may still be used: its entry not revoked by a program's close,
-    /// and the fd still naming the job's file (a close the shim did not see).
-    fn usable(&self) -> bool {
+    /// and the fd still naming the job's file (a close the shim did not see). `Use::Look`
+    /// (start writeback, look at the cache) on an fd of the shim's own trusts the entry:
+    /// the hooks revoke it when the program closes that number, and on another file those
+    /// calls would only start a writeback or misread a state; the drop always checks.
+    fn usable(&self, how: Use) -> bool {
         self.table()[self.slot].load(Ordering::Acquire) == self.fd
-            && sys::file::identify(self.fd).is_ok_and(|id| id.dev == self.dev && id.ino == self.ino)
+            && (how == Use::Look && self.whose == Fd::Own
+                || sys::file::identify(self.fd)
+                    .is_ok_and(|id| id.dev == self.dev && id.ino == self.ino))
     }
 }
 
@@ -373,7 +387,7 @@ fn perform(jobs: &[Job]) {
     for j in jobs {
         let _ = std::panic::catch_unwind(|| {
             if !HELPER.stopping()
-                && j.usable()
+                && j.usable(Use::Look)
                 && let Some(r) = j.start
             {
                 let _ = sys::cache::start_writeback(j.fd, r.start, r.len());
@@ -390,18 +404,20 @@ fn perform(jobs: &[Job]) {
 }
 
 fn settle(j: &Job, r: Range) {
-    // Polled, never a WAIT flag (see the top of this file); the fd re-checked at every
-    // look, since the program's close waits for this job only so long.
-    let keep_going = || !HELPER.stopping() && j.usable();
+    // Polled, never a WAIT flag (see the top of this file); a program's fd re-checked at
+    // every look, since the program's close waits for this job only so long.
+    let keep_going = |how| !HELPER.stopping() && j.usable(how);
     let budget = SETTLE_BUDGET.as_millis() as u64;
-    if !keep_going() {
+    if !keep_going(Use::Look) {
         return;
     }
-    if sys::cache::wait_clean(j.fd, r.start, r.len(), budget, keep_going) != Settled::Clean {
+    if sys::cache::wait_clean(j.fd, r.start, r.len(), budget, || keep_going(Use::Look))
+        != Settled::Clean
+    {
         stats::SETTLE_TIMEOUTS.add(1);
     }
     // A sandbox may have come, or the fd gone, while we waited.
-    if !keep_going() {
+    if !keep_going(Use::Drop) {
         return;
     }
     // DONTNEED drops what is clean and leaves the rest.
