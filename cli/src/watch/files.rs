@@ -134,6 +134,7 @@ impl Tracked {
             growth_only: false,
         };
         cx.c.files += 1;
+        t.scratch_now = born && id.nlink() == 0 && id.size <= SCRATCH_SLACK;
         if info.readable() {
             let plan = t.read.plan(info.pos, cx.params);
             if let Some(r) = plan.snapshot {
@@ -160,6 +161,11 @@ impl Tracked {
 
     fn fd(&self) -> i32 {
         self.own.raw()
+    }
+
+    /// A scratch file left alone with nothing pending: the watcher need not hold it.
+    pub fn idle_scratch(&self) -> bool {
+        self.scratch_now && self.settles.is_empty() && self.wb_queued.load(Ordering::Acquire) == 0
     }
 
     fn snapshot_read(&mut self, r: Range, cx: &mut Ctx) {
