@@ -67,6 +67,11 @@ struct Watcher {
     /// Pids seen that are not in the tree, and when that list was last renewed.
     outside: HashSet<i32>,
     outside_at: Instant,
+    /// The last pid given out as of the last listing of /proc.
+    listed_up_to: Option<i32>,
+    /// Children that could not be watched when found: asked again every second.
+    refused: Vec<i32>,
+    renewals: u64,
     scratch: Vec<i32>,
     me: i32,
     started: Instant,
@@ -92,6 +97,9 @@ impl Watcher {
             last_pid_seen: None,
             outside: HashSet::new(),
             outside_at: Instant::now(),
+            listed_up_to: None,
+            refused: Vec::new(),
+            renewals: 0,
             scratch: Vec::new(),
             me: dropbehind_sys::proc::pid(),
             started: Instant::now(),
@@ -112,44 +120,78 @@ impl Watcher {
         Ok(())
     }
 
-    /// New descendants of watched processes.
-    fn discover(&mut self) {
+    /// New descendants of watched processes. `last`: the last pid given out, read before
+    /// the listing.
+    fn discover(&mut self, last: Option<i32>) {
         let Some(dir) = self.proc_dir.as_mut() else {
             return;
         };
-        if self.outside_at.elapsed() > Duration::from_secs(1) {
-            self.outside.clear();
-            self.outside_at = Instant::now();
-        }
         let mut pids = std::mem::take(&mut self.scratch);
         if dir.numbers(&mut pids).is_err() {
             self.scratch = pids;
             return;
         }
-        // Twice: a grandchild listed before its parent is found on the second pass.
-        for _ in 0..2 {
-            let mut added = false;
-            for &pid in &pids {
-                if self.outside.contains(&pid) || self.procs.iter().any(|p| p.pid == pid) {
-                    continue;
-                }
-                let Ok((ppid, _)) = procfd::parent_and_start(pid) else {
-                    continue;
-                };
-                if self.procs.iter().any(|p| p.pid == ppid) {
-                    if self.add(pid).is_ok() {
-                        added = true;
-                    } else {
-                        self.outside.insert(pid);
-                    }
-                } else if pid != self.me {
-                    self.outside.insert(pid);
-                }
+        let renew = self.outside_at.elapsed() > Duration::from_secs(1);
+        if renew {
+            self.outside_at = Instant::now();
+            for p in self.refused.drain(..) {
+                self.outside.remove(&p);
             }
+            // Now and then all of them (a process reparented into the tree, as an
+            // orphan to a subreaper there).
+            self.renewals += 1;
+            if self.renewals.is_multiple_of(10) {
+                self.outside.clear();
+            }
+        }
+        match (self.listed_up_to, last) {
+            (Some(from), Some(to)) => {
+                // Pids go out in turn, so only those given out since the last listing
+                // (from, to] can be new processes; a pid met before keeps its answer while
+                // it stays listed (reading every pid's stat was most of a listing's cost).
+                // One given out after `to` is read as unknown, and again next time.
+                let listed: HashSet<i32> = pids.iter().copied().collect();
+                self.outside
+                    .retain(|p| listed.contains(p) && !given_out_between(*p, from, to));
+            }
+            _ if renew => self.outside.clear(),
+            _ => {}
+        }
+        self.listed_up_to = last;
+        // The pids not yet known, with their parents.
+        let mut unknown: Vec<(i32, i32)> = Vec::new();
+        for &pid in &pids {
+            if pid == self.me
+                || self.outside.contains(&pid)
+                || self.procs.iter().any(|p| p.pid == pid)
+            {
+                continue;
+            }
+            if let Ok((ppid, _)) = procfd::parent_and_start(pid) {
+                unknown.push((pid, ppid));
+            }
+        }
+        // Until none is added: a grandchild listed before its parent is found on the next
+        // pass.
+        loop {
+            let mut added = false;
+            unknown.retain(|&(pid, ppid)| {
+                if !self.procs.iter().any(|p| p.pid == ppid) {
+                    return true;
+                }
+                if self.add(pid).is_ok() {
+                    added = true;
+                } else {
+                    self.outside.insert(pid);
+                    self.refused.push(pid);
+                }
+                false
+            });
             if !added {
                 break;
             }
         }
+        self.outside.extend(unknown.iter().map(|&(pid, _)| pid));
         self.scratch = pids;
     }
 
@@ -161,7 +203,7 @@ impl Watcher {
         let last = self.last_pid.as_ref().and_then(|l| l.read());
         if last.is_none() || last != self.last_pid_seen || self.rounds % DISCOVER_EVERY == 1 {
             self.last_pid_seen = last;
-            self.discover();
+            self.discover(last);
         }
         let mut i = 0;
         while i < self.procs.len() {
@@ -267,6 +309,15 @@ impl Watcher {
                 .open(sink)
                 .and_then(|mut f| f.write_all(text.as_bytes()));
         }
+    }
+}
+
+/// Whether `pid` was given out after `from` up to `to`, pids wrapping at pid_max.
+fn given_out_between(pid: i32, from: i32, to: i32) -> bool {
+    if from <= to {
+        pid > from && pid <= to
+    } else {
+        pid > from || pid <= to
     }
 }
 
