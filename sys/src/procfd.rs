@@ -188,6 +188,33 @@ pub fn stat_fd(pid: i32, fd: i32) -> Result<FileId, Errno> {
     Ok(FileId::from_stat(&st))
 }
 
+/// /proc/PID kept open (O_PATH): what is looked up under it is about that process only,
+/// never one that reuses its pid (the directory fails once the process is gone).
+pub fn open_proc(pid: i32) -> Result<OwnFd, Errno> {
+    open_path(
+        PathBuf128::new(format_args!("/proc/{pid}")).as_cstr(),
+        libc::O_PATH | libc::O_DIRECTORY,
+    )
+}
+
+/// stat of `name` under a directory from `open_proc` ("exe", "fd/3"): a shorter lookup
+/// than the whole path's.
+pub fn stat_at(dir: &OwnFd, name: &CStr) -> Result<FileId, Errno> {
+    // SAFETY: kernel-checked: `stat` is plain data, all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: own buffer: `name` is NUL-terminated and `st` a local, both outlive the call.
+    cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_newfstatat,
+            dir.raw(),
+            name.as_ptr(),
+            &mut st as *mut libc::stat,
+            0,
+        )
+    })?;
+    Ok(FileId::from_stat(&st))
+}
+
 /// The filesystem type (statfs f_type) of what the target's fd N refers to; opens nothing.
 pub fn fs_type_of_fd(pid: i32, fd: i32) -> Result<i64, Errno> {
     let p = PathBuf128::new(format_args!("/proc/{pid}/fd/{fd}"));

@@ -355,16 +355,28 @@ fn signal_fd() -> Option<OwnFd> {
     signal::block_and_open(&signal::FORWARDED).ok()
 }
 
-fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>) {
-    let mut fds = Vec::with_capacity(2);
-    for f in [sfd.as_ref(), extra].into_iter().flatten() {
-        fds.push(libc::pollfd {
-            fd: f.raw(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
+/// Waits a round's interval, or less when a signal comes or `extra` (the child's pidfd)
+/// polls readable. Returns which of the two are readable: asking them again would cost a
+/// syscall each round.
+fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>) -> (bool, bool) {
+    let mut fds = [None, None];
+    let mut polled = Vec::with_capacity(2);
+    for (i, f) in [sfd.as_ref(), extra].into_iter().enumerate() {
+        if let Some(f) = f {
+            fds[i] = Some(polled.len());
+            polled.push(libc::pollfd {
+                fd: f.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
     }
-    let _ = pidfd::poll(&mut fds, INTERVAL_MS);
+    if pidfd::poll(&mut polled, INTERVAL_MS).is_err() {
+        // Can't tell: both asked directly.
+        return (true, true);
+    }
+    let ready = |i: Option<usize>| i.is_some_and(|i| polled[i].revents != 0);
+    (ready(fds[0]), ready(fds[1]))
 }
 
 /// `dropbehind -- CMD` with the watcher: the launcher stays the parent, passes on the
@@ -393,8 +405,10 @@ pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> Exi
         eprintln!("dropbehind: pid {pid}: not watched: {}", procs::refusal(e));
     }
     loop {
-        wait_round(&sfd, child_fd.as_ref());
-        if let Some(s) = &sfd {
+        let (signalled, child_ready) = wait_round(&sfd, child_fd.as_ref());
+        if let Some(s) = &sfd
+            && signalled
+        {
             while let Some(sig) = signal::read(s) {
                 // A terminal's signal reached the child already (same process group).
                 if sig.from_process {
@@ -402,7 +416,10 @@ pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> Exi
                 }
             }
         }
-        if child_fd.as_ref().is_none_or(pidfd::exited) {
+        if child_fd
+            .as_ref()
+            .is_none_or(|f| child_ready && pidfd::exited(f))
+        {
             break;
         }
         w.round();
@@ -453,8 +470,9 @@ pub fn attach(pids: &[i32], o: &Options) -> ExitCode {
     }
     let mut detached = false;
     loop {
-        wait_round(&sfd, None);
+        let (signalled, _) = wait_round(&sfd, None);
         if let Some(s) = &sfd
+            && signalled
             && signal::read(s).is_some()
         {
             detached = true;

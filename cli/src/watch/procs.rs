@@ -7,7 +7,7 @@ use super::files::{Ctx, Follow, SCRATCH_SLACK, Tracked};
 use super::report::Counters;
 use dropbehind_sys::Errno;
 use dropbehind_sys::file::OwnFd;
-use dropbehind_sys::procfd::{self, FdInfoFile, ProcDir};
+use dropbehind_sys::procfd::{self, FdInfo, FdInfoFile, ProcDir};
 use dropbehind_sys::{claim, pidfd};
 use std::collections::HashMap;
 
@@ -35,6 +35,19 @@ enum Entry {
     Scratch { ino: u64, info: FdInfoFile },
 }
 
+impl Entry {
+    fn info(&self) -> &FdInfoFile {
+        match self {
+            Entry::Ignored { info, .. }
+            | Entry::Tracked { info, .. }
+            | Entry::Scratch { info, .. } => info,
+        }
+    }
+}
+
+/// An exec that keeps every fd is looked for every this many rounds.
+const EXEC_CHECK_EVERY: u32 = 5;
+
 pub struct Proc {
     pub pid: i32,
     pub pidfd: OwnFd,
@@ -46,10 +59,15 @@ pub struct Proc {
     pub how: String,
     exe: Option<(u64, u64)>,
     fd_dir: ProcDir,
+    /// /proc/PID, for the looks at its exe and at scratch files.
+    dir: OwnFd,
+    /// The fds of the last round: an exec shows as a change there (close-on-exec fds go).
+    last_fds: Vec<i32>,
     entries: HashMap<i32, Entry>,
     has_ring: bool,
     pub counters: Counters,
     scratch: Vec<i32>,
+    infos: Vec<Option<Result<FdInfo, Errno>>>,
     told: bool,
     /// Rounds seen: what runs in the process is looked at again in the first ones (an
     /// exec that has just returned to the launcher may not have set up the new program's
@@ -84,6 +102,7 @@ impl Proc {
         let fd = pidfd::open(pid)?;
         let (_, start) = procfd::parent_and_start(pid)?;
         let mut fd_dir = ProcDir::fds_of(pid)?;
+        let dir = procfd::open_proc(pid)?;
         // Can we open its files' links? (ptrace-read access is what /proc/PID/fd wants.)
         let mut probe = Vec::new();
         fd_dir_numbers(&mut fd_dir, &mut probe)?;
@@ -106,10 +125,13 @@ impl Proc {
             how: String::new(),
             exe: None,
             fd_dir,
+            dir,
+            last_fds: Vec::new(),
             entries: HashMap::new(),
             has_ring: false,
             counters: Counters::default(),
             scratch: Vec::new(),
+            infos: Vec::new(),
             told: false,
             rounds: 0,
             lingering: Vec::new(),
@@ -154,7 +176,7 @@ impl Proc {
         };
         self.cover = cover;
         self.how = how;
-        self.exe = exe_id(self.pid);
+        self.exe = exe_id(&self.dir);
     }
 
     /// Tells `--verbose` once which process got what.
@@ -190,28 +212,43 @@ impl Proc {
     }
 
     fn round_in(&mut self, set: &Settings, cx: &mut Ctx) -> bool {
-        if pidfd::exited(&self.pidfd) {
+        let mut fds = std::mem::take(&mut self.scratch);
+        if fd_dir_numbers(&mut self.fd_dir, &mut fds).is_err() {
+            self.scratch = fds;
             return false;
         }
-        // An exec since the last round: another program, with new rules.
-        let exe = exe_id(self.pid);
         self.rounds = self.rounds.saturating_add(1);
-        if exe.is_some() && exe != self.exe {
-            self.close_all_in(cx);
-            self.classify(set);
-            self.told = false;
-            self.rounds = 1;
-        } else if self.rounds <= 2 {
-            let was = self.cover;
-            self.classify(set);
-            if self.cover != was {
+        // An exec since the last round: another program, with new rules. It closes the
+        // close-on-exec fds, so it is looked for when the fds changed, and every
+        // EXEC_CHECK_EVERY rounds for an exec that kept them all.
+        if fds != self.last_fds || self.rounds <= 2 || self.rounds.is_multiple_of(EXEC_CHECK_EVERY)
+        {
+            let exe = exe_id(&self.dir);
+            if exe.is_some() && exe != self.exe {
                 self.close_all_in(cx);
-                self.entries.clear();
+                self.classify(set);
+                self.told = false;
+                self.rounds = 1;
+            } else if self.rounds <= 2 {
+                let was = self.cover;
+                self.classify(set);
+                if self.cover != was {
+                    self.close_all_in(cx);
+                    self.entries.clear();
+                }
             }
         }
-        let mut fds = std::mem::take(&mut self.scratch);
-        if fd_dir_numbers(&mut self.fd_dir, &mut fds).is_err() || pidfd::exited(&self.pidfd) {
+        // Every known fd's fdinfo first, then one look at the pidfd for all of them: each
+        // answer counts only if the process still lives after it was read.
+        let mut infos = std::mem::take(&mut self.infos);
+        infos.clear();
+        infos.extend(
+            fds.iter()
+                .map(|fd| self.entries.get(fd).map(|e| e.info().read())),
+        );
+        if pidfd::exited(&self.pidfd) {
             self.scratch = fds;
+            self.infos = infos;
             return false;
         }
         // Closed since the last round.
@@ -224,9 +261,11 @@ impl Proc {
         for fd in gone {
             self.forget(fd, cx);
         }
-        for &fd in &fds {
-            self.look(fd, set, cx);
+        for (&fd, info) in fds.iter().zip(infos.iter()) {
+            self.look(fd, *info, set, cx);
         }
+        self.infos = infos;
+        std::mem::swap(&mut self.last_fds, &mut fds);
         self.scratch = fds;
         true
     }
@@ -239,34 +278,26 @@ impl Proc {
         }
     }
 
-    fn look(&mut self, fd: i32, set: &Settings, cx: &mut Ctx) {
-        match self.entries.get_mut(&fd) {
-            Some(Entry::Ignored { key, info }) => match info.read() {
-                Ok(i) if (i.mnt_id, i.ino) == *key => return,
-                _ => {}
-            },
-            Some(Entry::Tracked { info, file }) => match info.read() {
-                Ok(i) if i.ino == file.id.ino => {
-                    if !pidfd::exited(&self.pidfd) {
-                        file.update(i, cx);
-                        self.let_go_if_scratch(fd);
-                    }
+    /// fd `fd` now; `read`: its fdinfo as just read, for a known fd.
+    fn look(&mut self, fd: i32, read: Option<Result<FdInfo, Errno>>, set: &Settings, cx: &mut Ctx) {
+        match (self.entries.get_mut(&fd), read) {
+            (Some(Entry::Ignored { key, .. }), Some(Ok(i))) if (i.mnt_id, i.ino) == *key => return,
+            (Some(Entry::Tracked { file, .. }), Some(Ok(i))) if i.ino == file.id.ino => {
+                file.update(i, cx);
+                self.let_go_if_scratch(fd);
+                return;
+            }
+            (Some(Entry::Scratch { ino, .. }), Some(Ok(i))) if i.ino == *ino => {
+                // Still deleted and small: left alone. Else seen anew.
+                let ino = *ino;
+                let name = procfd::PathBuf128::new(format_args!("fd/{fd}"));
+                if procfd::stat_at(&self.dir, name.as_cstr())
+                    .is_ok_and(|id| id.ino == ino && id.nlink() == 0 && id.size <= SCRATCH_SLACK)
+                {
                     return;
                 }
-                _ => {}
-            },
-            Some(Entry::Scratch { ino, info }) => match info.read() {
-                Ok(i) if i.ino == *ino => {
-                    // Still deleted and small: left alone. Else seen anew.
-                    if procfd::stat_fd(self.pid, fd).is_ok_and(|id| {
-                        id.ino == *ino && id.nlink() == 0 && id.size <= SCRATCH_SLACK
-                    }) {
-                        return;
-                    }
-                }
-                _ => {}
-            },
-            None => {}
+            }
+            _ => {}
         }
         // New, or the number now names another file.
         self.forget(fd, cx);
@@ -417,8 +448,7 @@ fn preload_in_env(pid: i32, lib: &str) -> bool {
     })
 }
 
-fn exe_id(pid: i32) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
-    Some((m.dev(), m.ino()))
+fn exe_id(dir: &OwnFd) -> Option<(u64, u64)> {
+    let id = procfd::stat_at(dir, c"exe").ok()?;
+    Some((id.dev, id.ino))
 }
