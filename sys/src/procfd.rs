@@ -94,6 +94,10 @@ impl ProcDir {
             if n == 0 {
                 return Ok(());
             }
+            // procfs lists a directory to its end unless the buffer is full (readdir of
+            // /proc and /proc/PID/fd stops only when an entry does not fit): with room left
+            // for the longest entry, this was all, and the call that returns 0 is spared.
+            let complete = n + MAX_DIRENT <= self.buf.len();
             let mut at = 0usize;
             while at + 19 <= n {
                 let reclen = u16::from_ne_bytes([self.buf[at + 16], self.buf[at + 17]]) as usize;
@@ -110,9 +114,15 @@ impl ProcDir {
                 }
                 at += reclen;
             }
+            if complete {
+                return Ok(());
+            }
         }
     }
 }
+
+/// The largest linux_dirent64: 19 bytes of header, a 255-byte name and its NUL, aligned to 8.
+const MAX_DIRENT: usize = (19 + 256usize).div_ceil(8) * 8;
 
 /// What /proc/PID/fdinfo/N says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
