@@ -23,7 +23,12 @@ pub enum Cover {
 
 enum Entry {
     /// Not for us (not a regular file on a disk filesystem, too small, O_DIRECT...).
-    Ignored { key: (u32, u64), info: FdInfoFile },
+    Ignored {
+        key: (u32, u64),
+        info: FdInfoFile,
+        /// Rounds it has been seen the same.
+        seen: u32,
+    },
     Tracked {
         info: FdInfoFile,
         file: Box<Tracked>,
@@ -47,6 +52,23 @@ impl Entry {
 
 /// An exec that keeps every fd is looked for every this many rounds.
 const EXEC_CHECK_EVERY: u32 = 5;
+/// An fd ignored for this many rounds (a pipe, a socket, the epoll fd, a small file held
+/// open) is looked at only every IGNORED_EVERY rounds: most of a round's fdinfo reads were
+/// of those (8 of 11.5 a round for restic). Ignored fds closed soon, whose number is then
+/// reused for a file that counts, are still looked at every round. A long-held one closed
+/// and its number reused is seen up to that many rounds late.
+const IGNORED_SETTLED: u32 = 50;
+const IGNORED_EVERY: u32 = 4;
+
+/// A known fd's fdinfo as read this round.
+#[derive(Clone, Copy)]
+enum Read {
+    /// Not known before.
+    New,
+    /// Long ignored, not read this round.
+    Skipped,
+    Got(Result<FdInfo, Errno>),
+}
 
 pub struct Proc {
     pub pid: i32,
@@ -67,7 +89,7 @@ pub struct Proc {
     has_ring: bool,
     pub counters: Counters,
     scratch: Vec<i32>,
-    infos: Vec<Option<Result<FdInfo, Errno>>>,
+    infos: Vec<Read>,
     told: bool,
     /// Rounds seen: what runs in the process is looked at again in the first ones (an
     /// exec that has just returned to the launcher may not have set up the new program's
@@ -242,10 +264,14 @@ impl Proc {
         // answer counts only if the process still lives after it was read.
         let mut infos = std::mem::take(&mut self.infos);
         infos.clear();
-        infos.extend(
-            fds.iter()
-                .map(|fd| self.entries.get(fd).map(|e| e.info().read())),
-        );
+        let skip_settled = !self.rounds.is_multiple_of(IGNORED_EVERY);
+        infos.extend(fds.iter().map(|fd| match self.entries.get(fd) {
+            None => Read::New,
+            Some(Entry::Ignored { seen, .. }) if *seen >= IGNORED_SETTLED && skip_settled => {
+                Read::Skipped
+            }
+            Some(e) => Read::Got(e.info().read()),
+        }));
         if pidfd::exited(&self.pidfd) {
             self.scratch = fds;
             self.infos = infos;
@@ -279,15 +305,21 @@ impl Proc {
     }
 
     /// fd `fd` now; `read`: its fdinfo as just read, for a known fd.
-    fn look(&mut self, fd: i32, read: Option<Result<FdInfo, Errno>>, set: &Settings, cx: &mut Ctx) {
+    fn look(&mut self, fd: i32, read: Read, set: &Settings, cx: &mut Ctx) {
         match (self.entries.get_mut(&fd), read) {
-            (Some(Entry::Ignored { key, .. }), Some(Ok(i))) if (i.mnt_id, i.ino) == *key => return,
-            (Some(Entry::Tracked { file, .. }), Some(Ok(i))) if i.ino == file.id.ino => {
+            (Some(Entry::Ignored { .. }), Read::Skipped) => return,
+            (Some(Entry::Ignored { key, seen, .. }), Read::Got(Ok(i)))
+                if (i.mnt_id, i.ino) == *key =>
+            {
+                *seen = seen.saturating_add(1);
+                return;
+            }
+            (Some(Entry::Tracked { file, .. }), Read::Got(Ok(i))) if i.ino == file.id.ino => {
                 file.update(i, cx);
                 self.let_go_if_scratch(fd);
                 return;
             }
-            (Some(Entry::Scratch { ino, .. }), Some(Ok(i))) if i.ino == *ino => {
+            (Some(Entry::Scratch { ino, .. }), Read::Got(Ok(i))) if i.ino == *ino => {
                 // Still deleted and small: left alone. Else seen anew.
                 let ino = *ino;
                 let name = procfd::PathBuf128::new(format_args!("fd/{fd}"));
@@ -310,6 +342,7 @@ impl Proc {
         let ignored = |info_file| Entry::Ignored {
             key: (info.mnt_id, info.ino),
             info: info_file,
+            seen: 0,
         };
         let Some(file) = self.first_sight(fd, info, set, cx) else {
             self.entries.insert(fd, ignored(info_file));
