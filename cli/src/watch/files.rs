@@ -79,6 +79,8 @@ pub struct Tracked {
     pub growth_only: bool,
     /// Rounds in which the cache grew while the position stood still.
     grew_rounds: u32,
+    /// Rounds in a row in which nothing moved: neither its position nor its cache.
+    still_rounds: u32,
     /// A scratch file (see `scratch`) grown beyond the slack.
     scratch_over: bool,
     /// A scratch file, as of the last look: left alone.
@@ -90,6 +92,10 @@ pub struct Tracked {
 /// Growth seen in this many rounds, the position standing still, makes a file followed by
 /// growth (once is not enough: a read's readahead lands before its position moves).
 const GROWTH_ROUNDS: u32 = 2;
+/// A file not yet followed that stayed still this many rounds is asked about its cache only
+/// every STILL_EVERY rounds (its position is still read every round).
+const STILL_ROUNDS: u32 = 50;
+const STILL_EVERY: u32 = 4;
 
 pub struct Ctx<'a> {
     pub params: &'a Params,
@@ -128,6 +134,7 @@ impl Tracked {
             shared_checked: None,
             settles: Vec::new(),
             grew_rounds: 0,
+            still_rounds: 0,
             scratch_over: false,
             scratch_now: false,
             random_skips: 0,
@@ -256,11 +263,20 @@ impl Tracked {
                 }
             }
             Follow::Unknown => {
-                // No position moved: has the cache grown?
-                match cache::cachestat(self.fd(), 0, 0) {
-                    Ok(w) if w.cache > self.first_whole => {
+                // No position moved: has the cache grown? A file long still (a log held
+                // open, an idle output) is asked every STILL_EVERY rounds: cachestat walks
+                // all its cached pages.
+                self.still_rounds = self.still_rounds.saturating_add(1);
+                let ask = self.still_rounds < STILL_ROUNDS
+                    || self.still_rounds.is_multiple_of(STILL_EVERY);
+                match ask
+                    .then(|| cache::cachestat(self.fd(), 0, 0).ok())
+                    .flatten()
+                {
+                    Some(w) if w.cache > self.first_whole => {
                         self.first_whole = w.cache;
                         self.grew_rounds += 1;
+                        self.still_rounds = 0;
                         // A file of the run's own is all its own: taking it for growth a round
                         // early costs nothing (a position that moves later wins).
                         if self.grew_rounds >= GROWTH_ROUNDS || self.born {
