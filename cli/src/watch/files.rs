@@ -81,6 +81,7 @@ pub struct Tracked {
     grew_rounds: u32,
     /// Rounds in a row in which nothing moved: neither its position nor its cache.
     still_rounds: u32,
+    looks: u32,
     /// A scratch file (see `scratch`) grown beyond the slack.
     scratch_over: bool,
     /// A scratch file, as of the last look: left alone.
@@ -96,6 +97,7 @@ const GROWTH_ROUNDS: u32 = 2;
 /// every STILL_EVERY rounds (its position is still read every round).
 const STILL_ROUNDS: u32 = 50;
 const STILL_EVERY: u32 = 4;
+const SCRATCH_CHECK_EVERY: u32 = 4;
 
 pub struct Ctx<'a> {
     pub params: &'a Params,
@@ -135,6 +137,7 @@ impl Tracked {
             settles: Vec::new(),
             grew_rounds: 0,
             still_rounds: 0,
+            looks: 0,
             scratch_over: false,
             scratch_now: false,
             random_skips: 0,
@@ -234,7 +237,15 @@ impl Tracked {
             self.follow = Follow::Preload;
             return;
         }
-        self.scratch_now = self.born && !self.scratch_over && self.scratch();
+        // Deleted yet? Asked every SCRATCH_CHECK_EVERY looks (a file deleted while open
+        // is followed as before until then).
+        self.looks = self.looks.wrapping_add(1);
+        if self.born
+            && !self.scratch_over
+            && (self.scratch_now || self.looks.is_multiple_of(SCRATCH_CHECK_EVERY))
+        {
+            self.scratch_now = self.scratch();
+        }
         if self.scratch_now {
             self.last_pos = pos;
             return;

@@ -59,6 +59,7 @@ const EXEC_CHECK_EVERY: u32 = 5;
 /// and its number reused is seen up to that many rounds late.
 const IGNORED_SETTLED: u32 = 50;
 const IGNORED_EVERY: u32 = 4;
+const SCRATCH_STAT_EVERY: u32 = 4;
 
 /// A known fd's fdinfo as read this round.
 #[derive(Clone, Copy)]
@@ -320,7 +321,13 @@ impl Proc {
                 return;
             }
             (Some(Entry::Scratch { ino, .. }), Read::Got(Ok(i))) if i.ino == *ino => {
-                // Still deleted and small: left alone. Else seen anew.
+                // Still deleted and small: left alone. Else seen anew. Its size is looked
+                // at every SCRATCH_STAT_EVERY rounds while its position is within the
+                // slack (a writer's position is its size; one writing elsewhere is seen
+                // that much later).
+                if i.pos <= SCRATCH_SLACK && !self.rounds.is_multiple_of(SCRATCH_STAT_EVERY) {
+                    return;
+                }
                 let ino = *ino;
                 let name = procfd::PathBuf128::new(format_args!("fd/{fd}"));
                 if procfd::stat_at(&self.dir, name.as_cstr())
