@@ -94,6 +94,10 @@ impl ProcDir {
             if n == 0 {
                 return Ok(());
             }
+            // procfs lists a directory to its end unless the buffer is full (readdir of
+            // /proc and /proc/PID/fd stops only when an entry does not fit): with room left
+            // for the longest entry, this was all, and the call that returns 0 is spared.
+            let complete = n + MAX_DIRENT <= self.buf.len();
             let mut at = 0usize;
             while at + 19 <= n {
                 let reclen = u16::from_ne_bytes([self.buf[at + 16], self.buf[at + 17]]) as usize;
@@ -110,9 +114,15 @@ impl ProcDir {
                 }
                 at += reclen;
             }
+            if complete {
+                return Ok(());
+            }
         }
     }
 }
+
+/// The largest linux_dirent64: 19 bytes of header, a 255-byte name and its NUL, aligned to 8.
+const MAX_DIRENT: usize = (19 + 256usize).div_ceil(8) * 8;
 
 /// What /proc/PID/fdinfo/N says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -181,6 +191,33 @@ pub fn stat_fd(pid: i32, fd: i32) -> Result<FileId, Errno> {
             libc::SYS_newfstatat,
             libc::AT_FDCWD,
             p.as_cstr().as_ptr(),
+            &mut st as *mut libc::stat,
+            0,
+        )
+    })?;
+    Ok(FileId::from_stat(&st))
+}
+
+/// /proc/PID kept open (O_PATH): what is looked up under it is about that process only,
+/// never one that reuses its pid (the directory fails once the process is gone).
+pub fn open_proc(pid: i32) -> Result<OwnFd, Errno> {
+    open_path(
+        PathBuf128::new(format_args!("/proc/{pid}")).as_cstr(),
+        libc::O_PATH | libc::O_DIRECTORY,
+    )
+}
+
+/// stat of `name` under a directory from `open_proc` ("exe", "fd/3"): a shorter lookup
+/// than the whole path's.
+pub fn stat_at(dir: &OwnFd, name: &CStr) -> Result<FileId, Errno> {
+    // SAFETY: kernel-checked: `stat` is plain data, all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: own buffer: `name` is NUL-terminated and `st` a local, both outlive the call.
+    cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_newfstatat,
+            dir.raw(),
+            name.as_ptr(),
             &mut st as *mut libc::stat,
             0,
         )

@@ -79,6 +79,9 @@ pub struct Tracked {
     pub growth_only: bool,
     /// Rounds in which the cache grew while the position stood still.
     grew_rounds: u32,
+    /// Rounds in a row in which nothing moved: neither its position nor its cache.
+    still_rounds: u32,
+    looks: u32,
     /// A scratch file (see `scratch`) grown beyond the slack.
     scratch_over: bool,
     /// A scratch file, as of the last look: left alone.
@@ -90,6 +93,11 @@ pub struct Tracked {
 /// Growth seen in this many rounds, the position standing still, makes a file followed by
 /// growth (once is not enough: a read's readahead lands before its position moves).
 const GROWTH_ROUNDS: u32 = 2;
+/// A file not yet followed that stayed still this many rounds is asked about its cache only
+/// every STILL_EVERY rounds (its position is still read every round).
+const STILL_ROUNDS: u32 = 50;
+const STILL_EVERY: u32 = 4;
+const SCRATCH_CHECK_EVERY: u32 = 4;
 
 pub struct Ctx<'a> {
     pub params: &'a Params,
@@ -128,12 +136,15 @@ impl Tracked {
             shared_checked: None,
             settles: Vec::new(),
             grew_rounds: 0,
+            still_rounds: 0,
+            looks: 0,
             scratch_over: false,
             scratch_now: false,
             random_skips: 0,
             growth_only: false,
         };
         cx.c.files += 1;
+        t.scratch_now = born && id.nlink() == 0 && id.size <= SCRATCH_SLACK;
         if info.readable() {
             let plan = t.read.plan(info.pos, cx.params);
             if let Some(r) = plan.snapshot {
@@ -162,20 +173,25 @@ impl Tracked {
         self.own.raw()
     }
 
+    /// A scratch file left alone with nothing pending: the watcher need not hold it.
+    pub fn idle_scratch(&self) -> bool {
+        self.scratch_now && self.settles.is_empty() && self.wb_queued.load(Ordering::Acquire) == 0
+    }
+
     fn snapshot_read(&mut self, r: Range, cx: &mut Ctx) {
         cx.c.snapshots += 1;
-        let fd = self.fd();
+        let (fd, born) = (self.fd(), self.born);
         self.read
             .proof
-            .snapshot(r, |o, l| cache::cached_pages(fd, o, l));
+            .snapshot(r, |o, l| residency(fd, born, o, l));
     }
 
     fn snapshot_write(&mut self, r: Range, cx: &mut Ctx) {
         cx.c.snapshots += 1;
-        let fd = self.fd();
+        let (fd, born) = (self.fd(), self.born);
         self.write
             .proof
-            .snapshot(r, |o, l| cache::cached_pages(fd, o, l));
+            .snapshot(r, |o, l| residency(fd, born, o, l));
     }
 
     /// The runs of `r` that may be dropped: all of it in a file born in the run.
@@ -221,7 +237,15 @@ impl Tracked {
             self.follow = Follow::Preload;
             return;
         }
-        self.scratch_now = self.born && !self.scratch_over && self.scratch();
+        // Deleted yet? Asked every SCRATCH_CHECK_EVERY looks (a file deleted while open
+        // is followed as before until then).
+        self.looks = self.looks.wrapping_add(1);
+        if self.born
+            && !self.scratch_over
+            && (self.scratch_now || self.looks.is_multiple_of(SCRATCH_CHECK_EVERY))
+        {
+            self.scratch_now = self.scratch();
+        }
         if self.scratch_now {
             self.last_pos = pos;
             return;
@@ -250,11 +274,20 @@ impl Tracked {
                 }
             }
             Follow::Unknown => {
-                // No position moved: has the cache grown?
-                match cache::cachestat(self.fd(), 0, 0) {
-                    Ok(w) if w.cache > self.first_whole => {
+                // No position moved: has the cache grown? A file long still (a log held
+                // open, an idle output) is asked every STILL_EVERY rounds: cachestat walks
+                // all its cached pages.
+                self.still_rounds = self.still_rounds.saturating_add(1);
+                let ask = self.still_rounds < STILL_ROUNDS
+                    || self.still_rounds.is_multiple_of(STILL_EVERY);
+                match ask
+                    .then(|| cache::cachestat(self.fd(), 0, 0).ok())
+                    .flatten()
+                {
+                    Some(w) if w.cache > self.first_whole => {
                         self.first_whole = w.cache;
                         self.grew_rounds += 1;
+                        self.still_rounds = 0;
                         // A file of the run's own is all its own: taking it for growth a round
                         // early costs nothing (a position that moves later wins).
                         if self.grew_rounds >= GROWTH_ROUNDS || self.born {
@@ -517,6 +550,18 @@ impl Tracked {
         }
         self.poll_settles(cx, true);
         self.settles.is_empty()
+    }
+}
+
+/// Cached pages of a range, for a proof snapshot. A file born in the run is all the run's
+/// (`owned` never asks its proof): nothing to ask. Its write frontier is partly cached, and
+/// there a snapshot asks per 64 KiB chunk: 167 cachestat calls at the first sight of one of
+/// restic's packs.
+fn residency(fd: i32, born: bool, off: u64, len: u64) -> Option<u64> {
+    if born {
+        Some(0)
+    } else {
+        cache::cached_pages(fd, off, len)
     }
 }
 

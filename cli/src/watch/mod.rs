@@ -67,6 +67,11 @@ struct Watcher {
     /// Pids seen that are not in the tree, and when that list was last renewed.
     outside: HashSet<i32>,
     outside_at: Instant,
+    /// The last pid given out as of the last listing of /proc.
+    listed_up_to: Option<i32>,
+    /// Children that could not be watched when found: asked again every second.
+    refused: Vec<i32>,
+    renewals: u64,
     scratch: Vec<i32>,
     me: i32,
     started: Instant,
@@ -92,6 +97,9 @@ impl Watcher {
             last_pid_seen: None,
             outside: HashSet::new(),
             outside_at: Instant::now(),
+            listed_up_to: None,
+            refused: Vec::new(),
+            renewals: 0,
             scratch: Vec::new(),
             me: dropbehind_sys::proc::pid(),
             started: Instant::now(),
@@ -112,44 +120,78 @@ impl Watcher {
         Ok(())
     }
 
-    /// New descendants of watched processes.
-    fn discover(&mut self) {
+    /// New descendants of watched processes. `last`: the last pid given out, read before
+    /// the listing.
+    fn discover(&mut self, last: Option<i32>) {
         let Some(dir) = self.proc_dir.as_mut() else {
             return;
         };
-        if self.outside_at.elapsed() > Duration::from_secs(1) {
-            self.outside.clear();
-            self.outside_at = Instant::now();
-        }
         let mut pids = std::mem::take(&mut self.scratch);
         if dir.numbers(&mut pids).is_err() {
             self.scratch = pids;
             return;
         }
-        // Twice: a grandchild listed before its parent is found on the second pass.
-        for _ in 0..2 {
-            let mut added = false;
-            for &pid in &pids {
-                if self.outside.contains(&pid) || self.procs.iter().any(|p| p.pid == pid) {
-                    continue;
-                }
-                let Ok((ppid, _)) = procfd::parent_and_start(pid) else {
-                    continue;
-                };
-                if self.procs.iter().any(|p| p.pid == ppid) {
-                    if self.add(pid).is_ok() {
-                        added = true;
-                    } else {
-                        self.outside.insert(pid);
-                    }
-                } else if pid != self.me {
-                    self.outside.insert(pid);
-                }
+        let renew = self.outside_at.elapsed() > Duration::from_secs(1);
+        if renew {
+            self.outside_at = Instant::now();
+            for p in self.refused.drain(..) {
+                self.outside.remove(&p);
             }
+            // Now and then all of them (a process reparented into the tree, as an
+            // orphan to a subreaper there).
+            self.renewals += 1;
+            if self.renewals.is_multiple_of(10) {
+                self.outside.clear();
+            }
+        }
+        match (self.listed_up_to, last) {
+            (Some(from), Some(to)) => {
+                // Pids go out in turn, so only those given out since the last listing
+                // (from, to] can be new processes; a pid met before keeps its answer while
+                // it stays listed (reading every pid's stat was most of a listing's cost).
+                // One given out after `to` is read as unknown, and again next time.
+                let listed: HashSet<i32> = pids.iter().copied().collect();
+                self.outside
+                    .retain(|p| listed.contains(p) && !given_out_between(*p, from, to));
+            }
+            _ if renew => self.outside.clear(),
+            _ => {}
+        }
+        self.listed_up_to = last;
+        // The pids not yet known, with their parents.
+        let mut unknown: Vec<(i32, i32)> = Vec::new();
+        for &pid in &pids {
+            if pid == self.me
+                || self.outside.contains(&pid)
+                || self.procs.iter().any(|p| p.pid == pid)
+            {
+                continue;
+            }
+            if let Ok((ppid, _)) = procfd::parent_and_start(pid) {
+                unknown.push((pid, ppid));
+            }
+        }
+        // Until none is added: a grandchild listed before its parent is found on the next
+        // pass.
+        loop {
+            let mut added = false;
+            unknown.retain(|&(pid, ppid)| {
+                if !self.procs.iter().any(|p| p.pid == ppid) {
+                    return true;
+                }
+                if self.add(pid).is_ok() {
+                    added = true;
+                } else {
+                    self.outside.insert(pid);
+                    self.refused.push(pid);
+                }
+                false
+            });
             if !added {
                 break;
             }
         }
+        self.outside.extend(unknown.iter().map(|&(pid, _)| pid));
         self.scratch = pids;
     }
 
@@ -161,7 +203,7 @@ impl Watcher {
         let last = self.last_pid.as_ref().and_then(|l| l.read());
         if last.is_none() || last != self.last_pid_seen || self.rounds % DISCOVER_EVERY == 1 {
             self.last_pid_seen = last;
-            self.discover();
+            self.discover(last);
         }
         let mut i = 0;
         while i < self.procs.len() {
@@ -270,6 +312,15 @@ impl Watcher {
     }
 }
 
+/// Whether `pid` was given out after `from` up to `to`, pids wrapping at pid_max.
+fn given_out_between(pid: i32, from: i32, to: i32) -> bool {
+    if from <= to {
+        pid > from && pid <= to
+    } else {
+        pid > from || pid <= to
+    }
+}
+
 /// Whether a process outside `tree` (and other than the watcher) has the file open: then
 /// growth of its cache may be theirs. Looks at every process's fds: called rarely.
 fn open_elsewhere(dev: u64, ino: u64, tree: &HashSet<i32>, me: i32) -> bool {
@@ -304,16 +355,28 @@ fn signal_fd() -> Option<OwnFd> {
     signal::block_and_open(&signal::FORWARDED).ok()
 }
 
-fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>) {
-    let mut fds = Vec::with_capacity(2);
-    for f in [sfd.as_ref(), extra].into_iter().flatten() {
-        fds.push(libc::pollfd {
-            fd: f.raw(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
+/// Waits a round's interval, or less when a signal comes or `extra` (the child's pidfd)
+/// polls readable. Returns which of the two are readable: asking them again would cost a
+/// syscall each round.
+fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>) -> (bool, bool) {
+    let mut fds = [None, None];
+    let mut polled = Vec::with_capacity(2);
+    for (i, f) in [sfd.as_ref(), extra].into_iter().enumerate() {
+        if let Some(f) = f {
+            fds[i] = Some(polled.len());
+            polled.push(libc::pollfd {
+                fd: f.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
     }
-    let _ = pidfd::poll(&mut fds, INTERVAL_MS);
+    if pidfd::poll(&mut polled, INTERVAL_MS).is_err() {
+        // Can't tell: both asked directly.
+        return (true, true);
+    }
+    let ready = |i: Option<usize>| i.is_some_and(|i| polled[i].revents != 0);
+    (ready(fds[0]), ready(fds[1]))
 }
 
 /// `dropbehind -- CMD` with the watcher: the launcher stays the parent, passes on the
@@ -342,8 +405,10 @@ pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> Exi
         eprintln!("dropbehind: pid {pid}: not watched: {}", procs::refusal(e));
     }
     loop {
-        wait_round(&sfd, child_fd.as_ref());
-        if let Some(s) = &sfd {
+        let (signalled, child_ready) = wait_round(&sfd, child_fd.as_ref());
+        if let Some(s) = &sfd
+            && signalled
+        {
             while let Some(sig) = signal::read(s) {
                 // A terminal's signal reached the child already (same process group).
                 if sig.from_process {
@@ -351,7 +416,10 @@ pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> Exi
                 }
             }
         }
-        if child_fd.as_ref().is_none_or(pidfd::exited) {
+        if child_fd
+            .as_ref()
+            .is_none_or(|f| child_ready && pidfd::exited(f))
+        {
             break;
         }
         w.round();
@@ -402,8 +470,9 @@ pub fn attach(pids: &[i32], o: &Options) -> ExitCode {
     }
     let mut detached = false;
     loop {
-        wait_round(&sfd, None);
+        let (signalled, _) = wait_round(&sfd, None);
         if let Some(s) = &sfd
+            && signalled
             && signal::read(s).is_some()
         {
             detached = true;
