@@ -62,7 +62,11 @@ pub(super) fn publish(eng: &Engine, fd: i32, c: &mut Claimed) {
     // Reads that may reach the end of the file (as far as the shim has seen it: its size
     // at open, or how far it was read or written since) take the full path, which sees the
     // end: the hot path counts on a read returning all it asked for.
-    let inside = f.size_at_open.max(f.read.next).max(f.write.next).saturating_add(1);
+    let inside = f
+        .size_at_open
+        .max(f.read.next)
+        .max(f.write.next)
+        .saturating_add(1);
     match f.read.fast(&read_params(eng, f)) {
         FastRead::None => {}
         FastRead::Random => {
