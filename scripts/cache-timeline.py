@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Where a run's page cache goes, over time: runs CMD alone in a fresh memory cgroup (v1),
+caches dropped first, and samples the cgroup's memory.stat (cache less shmem, dirty,
+writeback, mapped_file) every few milliseconds.
+
+    scripts/cache-timeline.py [--every MS] [--out FILE] [--warm] -- CMD...     (root)
+
+Prints one line: the peak, what it was made of (dirty, under writeback, the rest), the
+cache left once CMD exited, and CMD's time; with --out, every sample as "seconds cache dirty
+writeback mapped" (MiB). A bounded writer shows dirty + writeback near the peak when the
+disk, not the policy, is what holds pages (bench/results/watcher.md).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+
+MIB = 1 << 20
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--every", type=float, default=10, help="sampling interval, ms (default 10)")
+    ap.add_argument("--out", help="write every sample here")
+    ap.add_argument("--warm", action="store_true", help="do not drop caches first")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+    if not cmd:
+        ap.error("no command")
+    root = "/sys/fs/cgroup/memory"
+    if os.geteuid() != 0 or not os.path.isdir(root):
+        sys.exit("cache-timeline: needs root and the cgroup v1 memory controller at " + root)
+    cg = f"{root}/cache-timeline-{os.getpid()}"
+    os.mkdir(cg)
+    if not a.warm:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+
+    samples, done = [], threading.Event()
+
+    def sample(t0):
+        try:
+            st = dict(l.split() for l in open(cg + "/memory.stat"))
+            samples.append((time.monotonic() - t0, int(st["cache"]) - int(st.get("shmem", 0)),
+                            int(st["dirty"]), int(st["writeback"]), int(st.get("mapped_file", 0))))
+        except (OSError, ValueError, KeyError):
+            pass
+
+    t0 = time.monotonic()
+
+    def loop():
+        while not done.is_set():
+            sample(t0)
+            done.wait(a.every / 1000)
+
+    sampler = threading.Thread(target=loop, daemon=True)
+    sampler.start()
+
+    def enter():
+        with open(cg + "/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+
+    rc = subprocess.call(cmd, preexec_fn=enter)
+    secs = time.monotonic() - t0
+    done.set()
+    sampler.join()
+    sample(t0)
+    left = samples[-1][1] if samples else 0
+    t, c, d, w, m = max(samples, key=lambda s: s[1]) if samples else (0, 0, 0, 0, 0)
+    print(f"peak {c / MIB:.0f} MiB at {t:.2f} s: dirty {d / MIB:.0f}, writeback {w / MIB:.0f}, "
+          f"other {(c - d - w) / MIB:.0f} (mapped {m / MIB:.0f}); left after exit {left / MIB:.0f}; "
+          f"{secs:.2f} s, exit {rc}")
+    if a.out:
+        with open(a.out, "w") as f:
+            for s in samples:
+                f.write(f"{s[0]:.3f} " + " ".join(f"{v / MIB:.0f}" for v in s[1:]) + "\n")
+    for _ in range(20):
+        try:
+            os.rmdir(cg)
+            break
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()
