@@ -8,7 +8,8 @@
 //! Of the program's own pages, those of blocks that grew in the last `keep_rounds` rounds
 //! stay (readahead just brought in, a random reader's latest reads), and so do those of
 //! a block read into until the stream has grown beyond it by more than readahead reaches
-//! (`READAHEAD_REACH`): only then has the reader certainly passed it. A slow reader's
+//! (`READAHEAD_REACH`), or more than that grew elsewhere while its run of grown blocks
+//! stayed still: only then has the reader passed it (or left it). A slow reader's
 //! blocks stop growing long before it reads them (readahead fetched them whole), and
 //! dropping them then made it read them again: 4.5 times the file from disk for an
 //! io_uring reader at 50 MB/s. Older ones are dropped once clean, in batches of at least
@@ -33,12 +34,19 @@ pub const RANDOM_HOLD: u64 = 50;
 /// Growth is sampled per proof block (4 MiB); residency at first sight per 64 KiB chunk.
 pub const GROWTH_BLOCK: u64 = PROOF_BLOCK;
 
-/// A block is passed once a block this many beyond its end grew after it: readahead never
-/// runs further ahead of the reader than `READAHEAD_REACH`.
-const REACH_BLOCKS: usize = READAHEAD_REACH.div_ceil(GROWTH_BLOCK) as usize;
-/// Growth this many blocks further out still counts as the same stream's (a reader that
-/// skips a little); beyond, it may be another stream's, further on in the file.
+/// A block is passed once growth came, after its own, in an owned block more than this
+/// many beyond it: readahead never runs further ahead of the reader than
+/// `READAHEAD_REACH` (read_ahead_kb 8192, doubled by FADV_SEQUENTIAL and again by the
+/// async window), and one block more is the margin.
+const REACH_BLOCKS: usize = READAHEAD_REACH.div_ceil(GROWTH_BLOCK) as usize + 1;
+/// Growth in one of this many owned blocks beyond READAHEAD_REACH counts as the same
+/// stream's (a reader that skips a little); further on it may be another stream's.
 const PASS_WITHIN: usize = 4;
+/// A run of grown blocks whose growth stopped is left behind (its reader jumped elsewhere)
+/// once more than REACH_BLOCKS blocks grew elsewhere since: a reader further back in it
+/// would have had to read that much in between. Or once it has been still this many
+/// rounds, whatever grew: the footprint stays bounded.
+pub const IDLE_ROUNDS: u64 = 300;
 
 /// One block's sample, in pages (cachestat's counts).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,13 +98,18 @@ impl Growth {
         let n = size.div_ceil(GROWTH_BLOCK) as usize;
         let whole = cached(0, size.max(1));
         let blocks = (0..n as u64)
-            .map(|b| Block {
-                owned: match whole {
+            .map(|b| {
+                let owned = match whole {
                     Some(0) => !0,
                     Some(_) => uncached_chunks(b, &mut cached),
                     None => 0,
-                },
-                ..Block::default()
+                };
+                Block {
+                    owned,
+                    // Pages cached at first sight are not the program's growth.
+                    resample: owned != !0,
+                    ..Block::default()
+                }
             })
             .collect();
         Growth {
@@ -175,20 +188,75 @@ impl Growth {
             .sum()
     }
 
-    /// Whether the program is done with block `i`: written blocks once clean; blocks read
-    /// into once the stream grew beyond them by more than readahead reaches, since they
-    /// last grew.
-    fn passed(&self, i: usize) -> bool {
-        let b = &self.blocks[i];
-        if b.written {
-            return true;
+    /// For each block, whether the program is done with it. Written blocks: once clean.
+    /// Read blocks, within their run (blocks that grew one after another, or were cached
+    /// at first sight, which readahead passes over): once one of the first PASS_WITHIN
+    /// owned blocks more than REACH_BLOCKS above grew after them (readahead runs ahead of
+    /// a reader by READAHEAD_REACH at most; further on, growth may be another stream's);
+    /// once the block below grew after them while nothing above is cached (a reader going
+    /// backwards: readahead runs only forwards, into what it has read); or once the run is
+    /// left (see IDLE_ROUNDS).
+    fn passed(&self, keep_rounds: u64) -> Vec<bool> {
+        let n = self.blocks.len();
+        let mut passed = vec![false; n];
+        let mut grown: Vec<u64> = self
+            .blocks
+            .iter()
+            .map(|b| b.grew_at)
+            .filter(|&t| t > 0)
+            .collect();
+        grown.sort_unstable();
+        let grown_after = |t: u64| grown.len() - grown.partition_point(|&g| g <= t);
+        // The next owned block at or above each index.
+        let mut next_owned = vec![n; n + 1];
+        for k in (0..n).rev() {
+            next_owned[k] = if self.blocks[k].owned != 0 {
+                k
+            } else {
+                next_owned[k + 1]
+            };
         }
-        let from = i + 1 + REACH_BLOCKS;
-        let to = (from + PASS_WITHIN).min(self.blocks.len());
-        (from..to).any(|j| {
-            let later = &self.blocks[j];
-            later.grew_at > 0 && later.grew_at >= b.grew_at
-        })
+        let in_run = |b: &Block| b.grew_at > 0 || b.owned == 0;
+        let mut s = 0;
+        while s < n {
+            if !in_run(&self.blocks[s]) {
+                passed[s] = self.blocks[s].written;
+                s += 1;
+                continue;
+            }
+            let mut t = s;
+            while t + 1 < n && in_run(&self.blocks[t + 1]) {
+                t += 1;
+            }
+            let last = self.blocks[s..=t]
+                .iter()
+                .map(|b| b.grew_at)
+                .max()
+                .unwrap_or(0);
+            let still = self.tick >= last + keep_rounds;
+            let left =
+                still && (grown_after(last) > REACH_BLOCKS || self.tick >= last + IDLE_ROUNDS);
+            for i in s..=t {
+                let b = &self.blocks[i];
+                let mut forward = false;
+                let mut j = next_owned[(i + 1 + REACH_BLOCKS).min(n)];
+                for _ in 0..PASS_WITHIN {
+                    if j > t {
+                        break;
+                    }
+                    forward |= self.blocks[j].grew_at >= b.grew_at;
+                    j = next_owned[j + 1];
+                }
+                let top = self
+                    .blocks
+                    .get(i + 1)
+                    .is_none_or(|up| up.owned != 0 && up.now.cached == 0);
+                let backward = i > s && top && self.blocks[i - 1].grew_at > b.grew_at;
+                passed[i] = b.written || left || forward || backward;
+            }
+            s = t + 1;
+        }
+        passed
     }
 
     /// Decides after a round: writeback for dirty blocks that did not grow in it, and drops
@@ -209,6 +277,7 @@ impl Growth {
         if !finish && self.random() {
             return act;
         }
+        let passed = self.passed(keep_rounds);
         let cands: Vec<usize> = (0..self.blocks.len())
             .filter(|&i| {
                 let b = &self.blocks[i];
@@ -217,7 +286,7 @@ impl Growth {
                     && b.now.dirty == 0
                     && b.now.writeback == 0
                     && (finish || b.grew_at > b.dropped_at || tick >= b.dropped_at + RETRY_ROUNDS)
-                    && (finish || self.passed(i))
+                    && (finish || passed[i])
             })
             .collect();
         let out: Vec<usize> = cands
@@ -235,6 +304,8 @@ impl Growth {
             let b = &mut self.blocks[i];
             b.dropped_at = tick;
             b.resample = true;
+            // Read again later, it is read, not written.
+            b.written = false;
             let owned = b.owned;
             let base = i as u64 * GROWTH_BLOCK;
             let mut c = 0u64;
@@ -352,6 +423,127 @@ mod tests {
         assert!(peak <= 64 * MIB, "peak {} MiB", peak / MIB);
         round(&mut g, &mut cache, size, 2, true);
         assert_eq!(cache.count(Range::new(0, size)), 0);
+    }
+
+    /// A sequential reader as the kernel's readahead serves it: windows of `window` fetched
+    /// whole, the next one as soon as the reader enters the last (at most two windows
+    /// ahead: READAHEAD_REACH with read_ahead_kb 8192 and FADV_SEQUENTIAL).
+    struct Reader {
+        pos: u64,
+        fetched: u64,
+        end: u64,
+        window: u64,
+    }
+
+    impl Reader {
+        fn new(start: u64, end: u64) -> Reader {
+            Reader {
+                pos: start,
+                fetched: start,
+                end,
+                window: 16 * MIB,
+            }
+        }
+
+        /// Reads `step` more; true while there is more to read.
+        fn read(&mut self, cache: &mut Cache, step: u64) -> bool {
+            let to = (self.pos + step).min(self.end);
+            while self.fetched < self.end && self.fetched < to + self.window {
+                let next = (self.fetched + self.window).min(self.end);
+                cache.touch(Range::new(self.fetched, next));
+                self.fetched = next;
+            }
+            // What it reads now is cached, whatever happened to it.
+            cache.touch(Range::new(self.pos, to));
+            self.pos = to;
+            self.pos < self.end
+        }
+
+        fn ahead_kept(&self, cache: &Cache) -> bool {
+            let ahead = Range::new(self.pos, self.fetched);
+            cache.count(ahead) as u64 == ahead.len() / PAGE
+        }
+    }
+
+    #[test]
+    fn slow_readers_lose_no_readahead_and_stay_bounded() {
+        // Two streams 128 MiB apart in one file, 1 MiB a round each.
+        let size = 512 * MIB;
+        let mut cache = Cache::new(size);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut a = Reader::new(0, 256 * MIB);
+        let mut b = Reader::new(256 * MIB, size);
+        let mut peak = 0;
+        while a.read(&mut cache, MIB) | b.read(&mut cache, MIB) {
+            round(&mut g, &mut cache, size, 2, false);
+            assert!(
+                a.ahead_kept(&cache),
+                "readahead of the first lost at {} MiB",
+                a.pos / MIB
+            );
+            assert!(
+                b.ahead_kept(&cache),
+                "readahead of the second lost at {} MiB",
+                b.pos / MIB
+            );
+            peak = peak.max(cache.count(Range::new(0, size)) as u64 * PAGE);
+        }
+        assert!(peak <= 2 * 64 * MIB, "peak {} MiB", peak / MIB);
+    }
+
+    #[test]
+    fn a_reader_that_jumps_leaves_nothing_behind_it() {
+        // 40 MiB here, then on from 128 MiB, 16 MiB a round.
+        let size = 512 * MIB;
+        let mut cache = Cache::new(size);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut r = Reader::new(0, 40 * MIB);
+        while r.read(&mut cache, 16 * MIB) {
+            round(&mut g, &mut cache, size, 2, false);
+        }
+        let first = Range::new(0, 64 * MIB);
+        let mut r = Reader::new(128 * MIB, 384 * MIB);
+        while r.read(&mut cache, 16 * MIB) {
+            round(&mut g, &mut cache, size, 2, false);
+            assert!(r.ahead_kept(&cache));
+        }
+        assert_eq!(cache.count(first), 0, "the first run is left behind");
+    }
+
+    #[test]
+    fn a_reader_going_backwards_is_dropped_behind() {
+        // 1 MiB preads from the end down; readahead only runs forwards, into what it read.
+        let size = 256 * MIB;
+        let mut cache = Cache::new(size);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut peak = 0;
+        let mut pos = size;
+        while pos > 0 {
+            pos -= MIB;
+            cache.touch(Range::new(pos, pos + MIB));
+            round(&mut g, &mut cache, size, 2, false);
+            peak = peak.max(cache.count(Range::new(0, size)) as u64 * PAGE);
+        }
+        // The block it reads, the one above until the drop, a batch: a few blocks, not the file.
+        assert!(peak <= 32 * MIB, "peak {} MiB", peak / MIB);
+    }
+
+    #[test]
+    fn a_second_pass_loses_no_readahead() {
+        let size = 128 * MIB;
+        let mut cache = Cache::new(size);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut r = Reader::new(0, size);
+        while r.read(&mut cache, 4 * MIB) {
+            round(&mut g, &mut cache, size, 2, false);
+        }
+        let tail = cache.count(Range::new(0, size));
+        assert!(tail > 0, "the last blocks stay while the file is open");
+        let mut r = Reader::new(0, size);
+        while r.read(&mut cache, 4 * MIB) {
+            round(&mut g, &mut cache, size, 2, false);
+            assert!(r.ahead_kept(&cache), "second pass at {} MiB", r.pos / MIB);
+        }
     }
 
     /// `n` pages read at random (a linear congruential sequence from `x`) by the program.
