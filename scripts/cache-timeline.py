@@ -64,7 +64,11 @@ def main():
         with open(cg + "/cgroup.procs", "w") as f:
             f.write(str(os.getpid()))
 
-    rc = subprocess.call(cmd, preexec_fn=enter)
+    try:
+        rc = subprocess.call(cmd, preexec_fn=enter)
+    except (OSError, KeyboardInterrupt) as e:
+        rc = 127 if isinstance(e, OSError) else 130
+        print(f"cache-timeline: {e or 'interrupted'}", file=sys.stderr)
     secs = time.monotonic() - t0
     done.set()
     sampler.join()
@@ -84,7 +88,10 @@ def main():
             break
         except OSError:
             time.sleep(0.1)
-    sys.exit(rc)
+    else:
+        print(f"cache-timeline: could not remove {cg} (a process of the run still in it?)", file=sys.stderr)
+    # A death by signal N is reported as the shell does, 128 + N.
+    sys.exit(rc if rc >= 0 else 128 - rc)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,8 @@ def run(b):
             sampler = CachePeak(cg)
             try:
                 cg.run(c.wrap(case, startup[case]), env=dict(c.env, **PASSWORD), stdout=PIPE, expect_err=None)
+            except Failed as e:
+                raise Failed(f"on no data: {e}")
             finally:
                 base_peak = sampler.stop()
         prepare(case)

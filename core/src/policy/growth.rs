@@ -34,19 +34,18 @@ pub const RANDOM_HOLD: u64 = 50;
 /// Growth is sampled per proof block (4 MiB); residency at first sight per 64 KiB chunk.
 pub const GROWTH_BLOCK: u64 = PROOF_BLOCK;
 
-/// A block is passed once growth came, after its own, in an owned block more than this
-/// many beyond it: readahead never runs further ahead of the reader than
-/// `READAHEAD_REACH` (read_ahead_kb 8192, doubled by FADV_SEQUENTIAL and again by the
-/// async window), and one block more is the margin.
+/// A block is passed once its reader's growth came, after its own, to an owned block more
+/// than this many beyond it: readahead never runs further ahead of the reader than
+/// READAHEAD_REACH (which assumes read_ahead_kb up to 8192), and one block more is the
+/// margin.
 const REACH_BLOCKS: usize = READAHEAD_REACH.div_ceil(GROWTH_BLOCK) as usize + 1;
-/// Growth in one of this many owned blocks beyond READAHEAD_REACH counts as the same
-/// stream's (a reader that skips a little); further on it may be another stream's.
-const PASS_WITHIN: usize = 4;
 /// A run of grown blocks whose growth stopped is left behind (its reader jumped elsewhere)
-/// once more than REACH_BLOCKS blocks grew elsewhere since: a reader further back in it
-/// would have had to read that much in between. Or once it has been still this many
-/// rounds, whatever grew: the footprint stays bounded.
-pub const IDLE_ROUNDS: u64 = 300;
+/// once more than REACH_BLOCKS blocks grew elsewhere since: a single reader further back in
+/// it would have had to read that much in between (another, faster stream in the same file
+/// can pass for that: its slow neighbour then reads some readahead again). Or once it has
+/// been still this many rounds (rounds in which the file's cache changed), whatever grew,
+/// so that the footprint stays bounded.
+const IDLE_ROUNDS: u64 = 300;
 
 /// One block's sample, in pages (cachestat's counts).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,10 +103,19 @@ impl Growth {
                     Some(_) => uncached_chunks(b, &mut cached),
                     None => 0,
                 };
+                // A partly owned block starts from what it holds now: those pages are not
+                // the program's growth.
+                let now = if owned != !0 && owned != 0 {
+                    BlockSample {
+                        cached: cached(b * GROWTH_BLOCK, GROWTH_BLOCK).unwrap_or(0),
+                        ..BlockSample::default()
+                    }
+                } else {
+                    BlockSample::default()
+                };
                 Block {
                     owned,
-                    // Pages cached at first sight are not the program's growth.
-                    resample: owned != !0,
+                    now,
                     ..Block::default()
                 }
             })
@@ -190,24 +198,32 @@ impl Growth {
 
     /// For each block, whether the program is done with it. Written blocks: once clean.
     /// Read blocks, within their run (blocks that grew one after another, or were cached
-    /// at first sight, which readahead passes over): once one of the first PASS_WITHIN
-    /// owned blocks more than REACH_BLOCKS above grew after them (readahead runs ahead of
-    /// a reader by READAHEAD_REACH at most; further on, growth may be another stream's);
-    /// once the block below grew after them while nothing above is cached (a reader going
-    /// backwards: readahead runs only forwards, into what it has read); or once the run is
-    /// left (see IDLE_ROUNDS).
+    /// at first sight, which readahead passes over):
+    /// - forward: the owned blocks above it, up to one more than REACH_BLOCKS beyond, last
+    ///   grew in order, each no earlier than the one below (its own reader's frontier went
+    ///   through them; growth older than the block below is another stream's);
+    /// - backward: the block below grew more than a round after it, and the one above was
+    ///   dropped since it last grew (a reader going down: readahead runs only forwards,
+    ///   into what it read; the round of slack covers a sample racing the readahead);
+    /// - or its run was left (see IDLE_ROUNDS).
     fn passed(&self, keep_rounds: u64) -> Vec<bool> {
         let n = self.blocks.len();
         let mut passed = vec![false; n];
-        let mut grown: Vec<u64> = self
+        // The (REACH_BLOCKS + 1)-th latest growth in the file: a run still since before it
+        // has seen more than the reach grow elsewhere.
+        let mut ticks: Vec<u64> = self
             .blocks
             .iter()
             .map(|b| b.grew_at)
             .filter(|&t| t > 0)
             .collect();
-        grown.sort_unstable();
-        let grown_after = |t: u64| grown.len() - grown.partition_point(|&g| g <= t);
-        // The next owned block at or above each index.
+        let reach_ago = if ticks.len() > REACH_BLOCKS {
+            let k = ticks.len() - 1 - REACH_BLOCKS;
+            *ticks.select_nth_unstable(k).1
+        } else {
+            0
+        };
+        // The next owned block at or above each index (warm blocks are passed over).
         let mut next_owned = vec![n; n + 1];
         for k in (0..n).rev() {
             next_owned[k] = if self.blocks[k].owned != 0 {
@@ -217,44 +233,41 @@ impl Growth {
             };
         }
         let in_run = |b: &Block| b.grew_at > 0 || b.owned == 0;
-        let mut s = 0;
-        while s < n {
-            if !in_run(&self.blocks[s]) {
-                passed[s] = self.blocks[s].written;
-                s += 1;
+        let mut start = 0;
+        while start < n {
+            if !in_run(&self.blocks[start]) {
+                passed[start] = self.blocks[start].written;
+                start += 1;
                 continue;
             }
-            let mut t = s;
-            while t + 1 < n && in_run(&self.blocks[t + 1]) {
-                t += 1;
+            let mut end = start;
+            while end + 1 < n && in_run(&self.blocks[end + 1]) {
+                end += 1;
             }
-            let last = self.blocks[s..=t]
-                .iter()
-                .map(|b| b.grew_at)
-                .max()
-                .unwrap_or(0);
-            let still = self.tick >= last + keep_rounds;
-            let left =
-                still && (grown_after(last) > REACH_BLOCKS || self.tick >= last + IDLE_ROUNDS);
-            for i in s..=t {
+            let run = &self.blocks[start..=end];
+            let last = run.iter().map(|b| b.grew_at).max().unwrap_or(0);
+            let left = self.tick >= last + keep_rounds
+                && (reach_ago > last || self.tick >= last + IDLE_ROUNDS);
+            for i in start..=end {
                 let b = &self.blocks[i];
                 let mut forward = false;
-                let mut j = next_owned[(i + 1 + REACH_BLOCKS).min(n)];
-                for _ in 0..PASS_WITHIN {
-                    if j > t {
+                let (mut j, mut prev) = (next_owned[i + 1], b.grew_at);
+                while j <= end && self.blocks[j].grew_at >= prev {
+                    if j > i + REACH_BLOCKS {
+                        forward = true;
                         break;
                     }
-                    forward |= self.blocks[j].grew_at >= b.grew_at;
+                    prev = self.blocks[j].grew_at;
                     j = next_owned[j + 1];
                 }
-                let top = self
-                    .blocks
-                    .get(i + 1)
-                    .is_none_or(|up| up.owned != 0 && up.now.cached == 0);
-                let backward = i > s && top && self.blocks[i - 1].grew_at > b.grew_at;
+                let above_dropped = self.blocks.get(i + 1).is_none_or(|up| {
+                    up.owned == 0 || (up.grew_at > 0 && up.dropped_at >= up.grew_at)
+                });
+                let backward =
+                    i > start && above_dropped && self.blocks[i - 1].grew_at > b.grew_at + 1;
                 passed[i] = b.written || left || forward || backward;
             }
-            s = t + 1;
+            start = end + 1;
         }
         passed
     }
@@ -304,7 +317,7 @@ impl Growth {
             let b = &mut self.blocks[i];
             b.dropped_at = tick;
             b.resample = true;
-            // Read again later, it is read, not written.
+            // Whatever grows here later is read in: the written state was for these pages.
             b.written = false;
             let owned = b.owned;
             let base = i as u64 * GROWTH_BLOCK;
@@ -474,6 +487,7 @@ mod tests {
         let mut a = Reader::new(0, 256 * MIB);
         let mut b = Reader::new(256 * MIB, size);
         let mut peak = 0;
+        // `|`, not `||`: both read every round.
         while a.read(&mut cache, MIB) | b.read(&mut cache, MIB) {
             round(&mut g, &mut cache, size, 2, false);
             assert!(
@@ -489,6 +503,54 @@ mod tests {
             peak = peak.max(cache.count(Range::new(0, size)) as u64 * PAGE);
         }
         assert!(peak <= 2 * 64 * MIB, "peak {} MiB", peak / MIB);
+    }
+
+    #[test]
+    fn streams_whose_blocks_meet_keep_each_others_readahead() {
+        // 48 MiB apart: from the first windows on, their blocks form one run.
+        let size = 256 * MIB;
+        let mut cache = Cache::new(size);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut a = Reader::new(0, 48 * MIB);
+        let mut b = Reader::new(48 * MIB, size);
+        // `|`, not `||`: both read every round.
+        while a.read(&mut cache, MIB) | b.read(&mut cache, MIB) {
+            round(&mut g, &mut cache, size, 2, false);
+            assert!(
+                a.ahead_kept(&cache),
+                "readahead of the first lost at {} MiB",
+                a.pos / MIB
+            );
+            assert!(
+                b.ahead_kept(&cache),
+                "readahead of the second lost at {} MiB",
+                b.pos / MIB
+            );
+        }
+    }
+
+    #[test]
+    fn a_reader_going_backwards_passes_a_partly_warm_block() {
+        let size = 256 * MIB;
+        let mut cache = Cache::new(size);
+        let warm = Range::new(200 * MIB, 202 * MIB);
+        cache.touch(warm);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let mut peak = 0;
+        let mut pos = size;
+        while pos > 0 {
+            pos -= MIB;
+            cache.touch(Range::new(pos, pos + MIB));
+            round(&mut g, &mut cache, size, 2, false);
+            let own = cache.count(Range::new(0, size)) - cache.count(warm);
+            peak = peak.max(own as u64 * PAGE);
+        }
+        assert!(peak <= 32 * MIB, "peak {} MiB", peak / MIB);
+        assert_eq!(
+            cache.count(warm) as u64,
+            warm.len() / PAGE,
+            "warm pages stay"
+        );
     }
 
     #[test]
