@@ -478,55 +478,39 @@ mod tests {
         }
     }
 
-    #[test]
-    fn slow_readers_lose_no_readahead_and_stay_bounded() {
-        // Two streams 128 MiB apart in one file, 1 MiB a round each.
-        let size = 512 * MIB;
+    /// Two readers of one file, 1 MiB a round each, the second from `second` on: asserts
+    /// that neither loses readahead it has not read; returns the peak footprint.
+    fn two_slow_streams(size: u64, second: u64) -> u64 {
         let mut cache = Cache::new(size);
         let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
-        let mut a = Reader::new(0, 256 * MIB);
-        let mut b = Reader::new(256 * MIB, size);
+        let mut a = Reader::new(0, second);
+        let mut b = Reader::new(second, size);
         let mut peak = 0;
         // `|`, not `||`: both read every round.
         while a.read(&mut cache, MIB) | b.read(&mut cache, MIB) {
             round(&mut g, &mut cache, size, 2, false);
-            assert!(
-                a.ahead_kept(&cache),
-                "readahead of the first lost at {} MiB",
-                a.pos / MIB
-            );
-            assert!(
-                b.ahead_kept(&cache),
-                "readahead of the second lost at {} MiB",
-                b.pos / MIB
-            );
+            for (r, which) in [(&a, "first"), (&b, "second")] {
+                assert!(
+                    r.ahead_kept(&cache),
+                    "readahead of the {which} lost at {} MiB",
+                    r.pos / MIB
+                );
+            }
             peak = peak.max(cache.count(Range::new(0, size)) as u64 * PAGE);
         }
+        peak
+    }
+
+    #[test]
+    fn slow_readers_lose_no_readahead_and_stay_bounded() {
+        let peak = two_slow_streams(512 * MIB, 256 * MIB);
         assert!(peak <= 2 * 64 * MIB, "peak {} MiB", peak / MIB);
     }
 
     #[test]
     fn streams_whose_blocks_meet_keep_each_others_readahead() {
         // 48 MiB apart: from the first windows on, their blocks form one run.
-        let size = 256 * MIB;
-        let mut cache = Cache::new(size);
-        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
-        let mut a = Reader::new(0, 48 * MIB);
-        let mut b = Reader::new(48 * MIB, size);
-        // `|`, not `||`: both read every round.
-        while a.read(&mut cache, MIB) | b.read(&mut cache, MIB) {
-            round(&mut g, &mut cache, size, 2, false);
-            assert!(
-                a.ahead_kept(&cache),
-                "readahead of the first lost at {} MiB",
-                a.pos / MIB
-            );
-            assert!(
-                b.ahead_kept(&cache),
-                "readahead of the second lost at {} MiB",
-                b.pos / MIB
-            );
-        }
+        two_slow_streams(256 * MIB, 48 * MIB);
     }
 
     #[test]
