@@ -225,13 +225,13 @@ if command -v fio >/dev/null; then
     { peak=$(cache_peak "$LAUNCHER" -- fio --name=r --ioengine=io_uring --bs=1M --size="${SIZE}M" \
         --output=/dev/null --rw=read --filename="$BIG" 3>&1); } 2>&1
     after=$(cached_mib "$BIG")
-    # The issue asks for 96 MiB; at ~800 MB/s a 10 ms look leaves more behind (see README).
-    # Not met yet (issue 15 is open): a run may leave more than $AFTER MiB behind. Reported
-    # as a skip with the figures, never as a pass.
-    if [ "$peak" -le 160 ] && [ "$after" -le $AFTER ]; then
-        ok "fio io_uring read: peak page cache $peak MiB <= 160, $after MiB cached after"
+    # The issue asks for 96 MiB (fio's libraries are cached already, so this is the
+    # stream's). At over 1 GB/s a 10 ms look can leave more behind (see README): a run over
+    # it is reported as a skip with the figures (issue 15 is open), never as a pass.
+    if [ "$peak" -le $LIMIT ] && [ "$after" -le $AFTER ]; then
+        ok "fio io_uring read: peak page cache $peak MiB <= $LIMIT, $after MiB cached after"
     else
-        skip "fio io_uring read: NOT MET (issue 15 open): peak $peak MiB (target 160), $after MiB cached after (target $AFTER)"
+        skip "fio io_uring read: NOT MET (issue 15 open): peak $peak MiB (target $LIMIT), $after MiB cached after (target $AFTER)"
     fi
     # A slow reader: readahead fetches each block whole long before fio reads it, so the
     # block stops growing early; dropped then, it is read from disk again. Counted as the
