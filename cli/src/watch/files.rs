@@ -10,13 +10,14 @@
 
 use super::report::Counters;
 use dropbehind_core::policy::{
-    BlockSample, GROWTH_BLOCK, Growth, Params, Proof, Range, ReadStream, WriteStream,
+    BlockSample, GROWTH_BLOCK, Growth, Params, Proof, READAHEAD_REACH, Range, ReadStream,
+    WriteStream,
 };
 use dropbehind_sys::cache::{self, CacheStat};
 use dropbehind_sys::file::{FileId, OwnFd};
 use dropbehind_sys::procfd::FdInfo;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A settle waits at most this long for writeback before dropping what is clean.
@@ -113,7 +114,8 @@ impl Tracked {
             Growth::all_owned()
         } else {
             Growth::first_sight(id.size, |o, l| cache::cached_pages(fd, o, l))
-        };
+        }
+        .with_reach(readahead_reach(id.dev));
         let first_whole = cache::cachestat(fd, 0, 0).map_or(0, |c| c.cache);
         let mut t = Tracked {
             own: Arc::new(own),
@@ -557,6 +559,24 @@ impl Tracked {
 /// (`owned` never asks its proof): nothing to ask. Its write frontier is partly cached, and
 /// there a snapshot asks per 64 KiB chunk: 167 cachestat calls at the first sight of one of
 /// restic's packs.
+/// How far readahead can run ahead of a reader on device `dev`: four times the larger of
+/// its read_ahead_kb and its largest request (a window doubled by FADV_SEQUENTIAL, the next
+/// one fetched as the reader enters the last); READAHEAD_REACH where sysfs can't tell
+/// (btrfs, network filesystems). Asked once per device.
+fn readahead_reach(dev: u64) -> u64 {
+    static REACH: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+    let Ok(mut known) = REACH.lock() else {
+        return READAHEAD_REACH;
+    };
+    if let Some(&(_, r)) = known.iter().find(|(d, _)| *d == dev) {
+        return r;
+    }
+    let r =
+        dropbehind_sys::proc::device_limits(dev).map_or(READAHEAD_REACH, |(ra, io)| 4 * ra.max(io));
+    known.push((dev, r));
+    r
+}
+
 fn residency(fd: i32, born: bool, off: u64, len: u64) -> Option<u64> {
     if born {
         Some(0)

@@ -35,12 +35,15 @@ pub const RANDOM_HOLD: u64 = 50;
 pub const GROWTH_BLOCK: u64 = PROOF_BLOCK;
 
 /// A block is passed once its reader's growth came, after its own, to an owned block more
-/// than this many beyond it: readahead never runs further ahead of the reader than
-/// READAHEAD_REACH (which assumes read_ahead_kb up to 8192), and one block more is the
-/// margin.
-const REACH_BLOCKS: usize = READAHEAD_REACH.div_ceil(GROWTH_BLOCK) as usize + 1;
+/// than `reach_blocks` beyond it: readahead never runs further ahead of the reader than
+/// its reach (`Growth::with_reach`; by default READAHEAD_REACH, which assumes
+/// read_ahead_kb up to 8192), and one block more is the margin.
+fn reach_blocks(reach: u64) -> usize {
+    reach.div_ceil(GROWTH_BLOCK) as usize + 1
+}
+
 /// A run of grown blocks whose growth stopped is left behind (its reader jumped elsewhere)
-/// once more than REACH_BLOCKS blocks grew elsewhere since: a single reader further back in
+/// once more than the reach grew elsewhere since: a single reader further back in
 /// it would have had to read that much in between (another, faster stream in the same file
 /// can pass for that: its slow neighbour then reads some readahead again). Or once it has
 /// been still this many rounds (rounds in which the file's cache changed), whatever grew,
@@ -87,6 +90,8 @@ pub struct Growth {
     grown_pages: u64,
     /// Random growth was seen: nothing is dropped before this tick (but at close).
     random_until: u64,
+    /// How far readahead can run ahead of the reader, in blocks (see `reach_blocks`).
+    reach_blocks: usize,
 }
 
 impl Growth {
@@ -123,6 +128,7 @@ impl Growth {
         Growth {
             blocks,
             tick: 1,
+            reach_blocks: reach_blocks(READAHEAD_REACH),
             ..Growth::default()
         }
     }
@@ -132,7 +138,19 @@ impl Growth {
         Growth {
             blocks: Vec::new(),
             tick: 1,
+            reach_blocks: reach_blocks(READAHEAD_REACH),
             ..Growth::default()
+        }
+    }
+
+    /// `reach`: how far the kernel's readahead can run ahead of a reader of this file
+    /// (the watcher gives four times its device's read_ahead_kb or largest request,
+    /// whichever is larger: a window is doubled by FADV_SEQUENTIAL, and the next one is
+    /// fetched as the reader enters the last).
+    pub fn with_reach(self, reach: u64) -> Growth {
+        Growth {
+            reach_blocks: reach_blocks(reach),
+            ..self
         }
     }
 
@@ -199,7 +217,7 @@ impl Growth {
     /// For each block, whether the program is done with it. Written blocks: once clean.
     /// Read blocks, within their run (blocks that grew one after another, or were cached
     /// at first sight, which readahead passes over):
-    /// - forward: the owned blocks above it, up to one more than REACH_BLOCKS beyond, last
+    /// - forward: the owned blocks above it, up to one more than the reach beyond, last
     ///   grew in order, each no earlier than the one below (its own reader's frontier went
     ///   through them; growth older than the block below is another stream's);
     /// - backward: the block below grew more than a round after it, and the one above was
@@ -209,7 +227,7 @@ impl Growth {
     fn passed(&self, keep_rounds: u64) -> Vec<bool> {
         let n = self.blocks.len();
         let mut passed = vec![false; n];
-        // The (REACH_BLOCKS + 1)-th latest growth in the file: a run still since before it
+        // The (reach_blocks + 1)-th latest growth in the file: a run still since before it
         // has seen more than the reach grow elsewhere.
         let mut ticks: Vec<u64> = self
             .blocks
@@ -217,8 +235,8 @@ impl Growth {
             .map(|b| b.grew_at)
             .filter(|&t| t > 0)
             .collect();
-        let reach_ago = if ticks.len() > REACH_BLOCKS {
-            let k = ticks.len() - 1 - REACH_BLOCKS;
+        let reach_ago = if ticks.len() > self.reach_blocks {
+            let k = ticks.len() - 1 - self.reach_blocks;
             *ticks.select_nth_unstable(k).1
         } else {
             0
@@ -253,7 +271,7 @@ impl Growth {
                 let mut forward = false;
                 let (mut j, mut prev) = (next_owned[i + 1], b.grew_at);
                 while j <= end && self.blocks[j].grew_at >= prev {
-                    if j > i + REACH_BLOCKS {
+                    if j > i + self.reach_blocks {
                         forward = true;
                         break;
                     }
@@ -535,6 +553,27 @@ mod tests {
             warm.len() / PAGE,
             "warm pages stay"
         );
+    }
+
+    #[test]
+    fn a_device_with_little_readahead_keeps_less() {
+        // read_ahead_kb 512 (2 MiB windows with FADV_SEQUENTIAL): a reach of 8 MiB.
+        let size = 256 * MIB;
+        let mut cache = Cache::new(size);
+        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l)).with_reach(8 * MIB);
+        let mut r = Reader::new(0, size);
+        r.window = 2 * MIB;
+        let mut peak = 0;
+        while r.read(&mut cache, MIB) {
+            round(&mut g, &mut cache, size, 2, false);
+            assert!(
+                r.ahead_kept(&cache),
+                "readahead lost at {} MiB",
+                r.pos / MIB
+            );
+            peak = peak.max(cache.count(Range::new(0, size)) as u64 * PAGE);
+        }
+        assert!(peak <= 28 * MIB, "peak {} MiB", peak / MIB);
     }
 
     #[test]
