@@ -533,26 +533,8 @@ mod tests {
 
     #[test]
     fn a_reader_going_backwards_passes_a_partly_warm_block() {
-        let size = 256 * MIB;
-        let mut cache = Cache::new(size);
-        let warm = Range::new(200 * MIB, 202 * MIB);
-        cache.touch(warm);
-        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
-        let mut peak = 0;
-        let mut pos = size;
-        while pos > 0 {
-            pos -= MIB;
-            cache.touch(Range::new(pos, pos + MIB));
-            round(&mut g, &mut cache, size, 2, false);
-            let own = cache.count(Range::new(0, size)) - cache.count(warm);
-            peak = peak.max(own as u64 * PAGE);
-        }
+        let peak = read_backwards(256 * MIB, Range::new(200 * MIB, 202 * MIB));
         assert!(peak <= 32 * MIB, "peak {} MiB", peak / MIB);
-        assert_eq!(
-            cache.count(warm) as u64,
-            warm.len() / PAGE,
-            "warm pages stay"
-        );
     }
 
     #[test]
@@ -595,20 +577,38 @@ mod tests {
         assert_eq!(cache.count(first), 0, "the first run is left behind");
     }
 
-    #[test]
-    fn a_reader_going_backwards_is_dropped_behind() {
-        // 1 MiB preads from the end down; readahead only runs forwards, into what it read.
-        let size = 256 * MIB;
+    /// A cache over `size` bytes with `warm` cached, and the watcher's first sight of it.
+    fn fresh(size: u64, warm: Range) -> (Cache, Growth) {
         let mut cache = Cache::new(size);
-        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        cache.touch(warm);
+        let g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        (cache, g)
+    }
+
+    /// 1 MiB preads from the end down (readahead only runs forwards, into what was read):
+    /// the peak of what is cached outside `warm`, which must stay whole.
+    fn read_backwards(size: u64, warm: Range) -> u64 {
+        let (mut cache, mut g) = fresh(size, warm);
         let mut peak = 0;
         let mut pos = size;
         while pos > 0 {
             pos -= MIB;
             cache.touch(Range::new(pos, pos + MIB));
             round(&mut g, &mut cache, size, 2, false);
-            peak = peak.max(cache.count(Range::new(0, size)) as u64 * PAGE);
+            let own = cache.count(Range::new(0, size)) - cache.count(warm);
+            peak = peak.max(own as u64 * PAGE);
         }
+        assert_eq!(
+            cache.count(warm) as u64,
+            warm.len() / PAGE,
+            "warm pages stay"
+        );
+        peak
+    }
+
+    #[test]
+    fn a_reader_going_backwards_is_dropped_behind() {
+        let peak = read_backwards(256 * MIB, Range::new(0, 0));
         // The block it reads, the one above until the drop, a batch: a few blocks, not the file.
         assert!(peak <= 32 * MIB, "peak {} MiB", peak / MIB);
     }
