@@ -555,10 +555,6 @@ impl Tracked {
     }
 }
 
-/// Cached pages of a range, for a proof snapshot. A file born in the run is all the run's
-/// (`owned` never asks its proof): nothing to ask. Its write frontier is partly cached, and
-/// there a snapshot asks per 64 KiB chunk: 167 cachestat calls at the first sight of one of
-/// restic's packs.
 /// How far readahead can run ahead of a reader on device `dev`: four times the larger of
 /// its read_ahead_kb and its largest request (a window doubled by FADV_SEQUENTIAL, the next
 /// one fetched as the reader enters the last); READAHEAD_REACH where sysfs can't tell
@@ -577,6 +573,10 @@ fn readahead_reach(dev: u64) -> u64 {
     r
 }
 
+/// Cached pages of a range, for a proof snapshot. A file born in the run is all the run's
+/// (`owned` never asks its proof): nothing to ask. Its write frontier is partly cached, and
+/// there a snapshot asks per 64 KiB chunk: 167 cachestat calls at the first sight of one of
+/// restic's packs.
 fn residency(fd: i32, born: bool, off: u64, len: u64) -> Option<u64> {
     if born {
         Some(0)

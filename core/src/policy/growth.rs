@@ -496,11 +496,18 @@ mod tests {
         }
     }
 
+    /// A cache over `size` bytes with `warm` cached, and the watcher's first sight of it.
+    fn fresh(size: u64, warm: Range) -> (Cache, Growth) {
+        let mut cache = Cache::new(size);
+        cache.touch(warm);
+        let g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        (cache, g)
+    }
+
     /// Two readers of one file, 1 MiB a round each, the second from `second` on: asserts
     /// that neither loses readahead it has not read; returns the peak footprint.
     fn two_slow_streams(size: u64, second: u64) -> u64 {
-        let mut cache = Cache::new(size);
-        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let (mut cache, mut g) = fresh(size, Range::new(0, 0));
         let mut a = Reader::new(0, second);
         let mut b = Reader::new(second, size);
         let mut peak = 0;
@@ -541,8 +548,8 @@ mod tests {
     fn a_device_with_little_readahead_keeps_less() {
         // read_ahead_kb 512 (2 MiB windows with FADV_SEQUENTIAL): a reach of 8 MiB.
         let size = 256 * MIB;
-        let mut cache = Cache::new(size);
-        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l)).with_reach(8 * MIB);
+        let (mut cache, g) = fresh(size, Range::new(0, 0));
+        let mut g = g.with_reach(8 * MIB);
         let mut r = Reader::new(0, size);
         r.window = 2 * MIB;
         let mut peak = 0;
@@ -562,8 +569,7 @@ mod tests {
     fn a_reader_that_jumps_leaves_nothing_behind_it() {
         // 40 MiB here, then on from 128 MiB, 16 MiB a round.
         let size = 512 * MIB;
-        let mut cache = Cache::new(size);
-        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let (mut cache, mut g) = fresh(size, Range::new(0, 0));
         let mut r = Reader::new(0, 40 * MIB);
         while r.read(&mut cache, 16 * MIB) {
             round(&mut g, &mut cache, size, 2, false);
@@ -575,14 +581,6 @@ mod tests {
             assert!(r.ahead_kept(&cache));
         }
         assert_eq!(cache.count(first), 0, "the first run is left behind");
-    }
-
-    /// A cache over `size` bytes with `warm` cached, and the watcher's first sight of it.
-    fn fresh(size: u64, warm: Range) -> (Cache, Growth) {
-        let mut cache = Cache::new(size);
-        cache.touch(warm);
-        let g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
-        (cache, g)
     }
 
     /// 1 MiB preads from the end down (readahead only runs forwards, into what was read):
@@ -616,8 +614,7 @@ mod tests {
     #[test]
     fn a_second_pass_loses_no_readahead() {
         let size = 128 * MIB;
-        let mut cache = Cache::new(size);
-        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let (mut cache, mut g) = fresh(size, Range::new(0, 0));
         let mut r = Reader::new(0, size);
         while r.read(&mut cache, 4 * MIB) {
             round(&mut g, &mut cache, size, 2, false);
@@ -662,8 +659,7 @@ mod tests {
     #[test]
     fn random_reads_over_owned_blocks_are_not_dropped_until_close() {
         let size = 256 * MIB;
-        let mut cache = Cache::new(size);
-        let mut g = Growth::first_sight(size, |o, l| cache.cached_pages(o, l));
+        let (mut cache, mut g) = fresh(size, Range::new(0, 0));
         let mut x = 777u64;
         for _ in 0..40 {
             touch_random(&mut cache, &mut x, size, 200);
