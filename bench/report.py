@@ -142,6 +142,8 @@ def machine_line(m):
             f", DAMON {d['action']} of memory idle {d['min_age_s']:g} s or more"
             + (f", up to {d['quota_mib_s']:g} MiB/s" if d["quota_mib_s"] else "") for d in m["damon"]
         ) or ", no DAMON scheme running"
+    if m.get("free_page_reporting"):
+        s += ", free page reporting on (memory touched before the timed copies)"
     return s
 
 
