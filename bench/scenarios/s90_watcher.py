@@ -93,7 +93,8 @@ def run(b):
             finally:
                 base_peak = sampler.stop()
         prepare(case)
-        drop_caches()
+        # A plain backup or copy takes the file's size twice in page cache.
+        drop_caches(fault_in_mib=2 * mib + 256)
         with Cgroup() as cg:
             sampler = CachePeak(cg)
             try:
