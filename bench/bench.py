@@ -367,6 +367,32 @@ def machine_facts():
                 damon=damon_schemes(), free_page_reporting=FREE_PAGE_REPORTING)
 
 
+class DiskRequests:
+    """Write requests the disk holding `path` completed between start() and stop(), from
+    /sys/class/block/DEV/stat (what the block layer merged does not count): a copy that
+    writes back file by file sends one per small file, where sync's one pass merges
+    neighbours. None where the device has no statistics (a filesystem not on a block
+    device)."""
+
+    def __init__(self, path):
+        src = sh(["findmnt", "-n", "-o", "SOURCE", "--target", str(path)], capture_output=True, text=True).stdout.strip()
+        self.stat = Path(f"/sys/class/block/{os.path.basename(os.path.realpath(src))}/stat") if src else None
+        self.at = None
+
+    def writes(self):
+        try:
+            return int(self.stat.read_text().split()[4]) if self.stat else None
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def start(self):
+        self.at = self.writes()
+
+    def stop(self):
+        now = self.writes()
+        return None if now is None or self.at is None else now - self.at
+
+
 def read_ahead_kb(dev):
     """A block device's readahead (sysfs), or None."""
     p = Path(f"/sys/block/{os.path.basename(dev)}/queue/read_ahead_kb")

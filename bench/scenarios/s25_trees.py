@@ -5,7 +5,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from bench import MIB, Cgroup, Failed, drop_caches, make_tree, run_checked, same_tree
+from bench import MIB, Cgroup, DiskRequests, Failed, drop_caches, make_tree, run_checked, same_tree
 
 TITLE = "Trees of small files"
 ORDER = 25
@@ -141,12 +141,15 @@ def run(b):
             clean()
             # A plain copy takes the tree's size twice in page cache.
             drop_caches(fault_in_mib=2 * files * kib // 1024 + 256)
+            requests = DiskRequests(b.work)
+            requests.start()
             with Cgroup() as cg:
                 with CacheSampler(cg) as s:
                     secs, _ = cg.run(cmd, env=c.env)
                 t0 = time.monotonic()
                 os.sync()
                 synced = secs + time.monotonic() - t0
+                writes = requests.stop()
                 kind = case.removesuffix(of)
                 src_left = tree_cached_mib(archive) if kind == "tar xf" else tree_cached_mib(src)
                 out = {"tar cf": Path(f"{dst}.tar"), "find, xargs sha256sum": sums}.get(kind, dst)
@@ -160,7 +163,7 @@ def run(b):
             else:
                 same_tree(src, dst)
             return dict(seconds=secs, synced=synced, cache_peak=s.peak / MIB, peak_mib=peak,
-                        src_left=src_left, dst_left=out_left)
+                        src_left=src_left, dst_left=out_left, **({} if writes is None else {"writes": writes}))
 
         b.interleave(list(cases), conts, b.size(3, 1), one)
         clean()
@@ -170,9 +173,11 @@ def run(b):
             list(cases), conts,
             [("cache_peak", "page cache peak, MiB (50 ms samples)", "{:.0f}"), ("peak_mib", "peak cgroup MiB", "{:.0f}"),
              ("src_left", "source cached after, MiB", "{:.1f}"), ("dst_left", "result cached after, MiB", "{:.1f}"),
-             ("seconds", "seconds", "{:.2f}"), ("synced", "seconds until on disk (+ sync)", "{:.2f}")],
+             ("seconds", "seconds", "{:.2f}"), ("synced", "seconds until on disk (+ sync)", "{:.2f}"),
+             ("writes", "write requests to the disk, run + sync", "{:.0f}")],
             ratio_of=["seconds", "synced"],
             note="The cgroup's peak counts inodes and dentries too, the page cache peak only file pages. "
                  "tar xf reads the tree's archive (its source column is the archive). Every result is compared "
-                 "with the tree (diff -r; the checksums with sha256sum -c).",
+                 "with the tree (diff -r; the checksums with sha256sum -c). Write requests: what the disk completed "
+                 "(/sys/class/block/DEV/stat), after the block layer's merges.",
         )
