@@ -80,8 +80,9 @@ pub struct GrowthActions {
     pub drop: Vec<Range>,
 }
 
-/// A file followed by the growth of its cached pages.
-#[derive(Clone, Debug, Default)]
+/// A file followed by the growth of its cached pages. No `Default`: a reach of zero blocks
+/// would pass a block before its readahead is read (the constructors set READAHEAD_REACH).
+#[derive(Clone, Debug)]
 pub struct Growth {
     blocks: Vec<Block>,
     tick: u64,
@@ -125,21 +126,22 @@ impl Growth {
                 }
             })
             .collect();
-        Growth {
-            blocks,
-            tick: 1,
-            reach_blocks: reach_blocks(READAHEAD_REACH),
-            ..Growth::default()
-        }
+        Growth::of(blocks)
     }
 
     /// A file created during the run: every page in it is the run's.
     pub fn all_owned() -> Growth {
+        Growth::of(Vec::new())
+    }
+
+    fn of(blocks: Vec<Block>) -> Growth {
         Growth {
-            blocks: Vec::new(),
+            blocks,
             tick: 1,
+            grown_blocks: 0,
+            grown_pages: 0,
+            random_until: 0,
             reach_blocks: reach_blocks(READAHEAD_REACH),
-            ..Growth::default()
         }
     }
 
