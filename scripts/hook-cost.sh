@@ -13,12 +13,15 @@
 # seq (4 KiB preads walking a cached 64 MiB file, cycling), seq-uncached (the same
 # stream when its reads become RWF_DONTCACHE), read (the same with read()), rand (4 KiB
 # preads at random offsets), stride (every 100th page), small (a 64 KiB file, which the
-# shim leaves alone), pipe (1-byte write and read on a pipe, per call), write-window (4 KiB
-# appending writes continuing a stream, after its first MiB, inside an 8 MiB window: the
-# hot path alone), write (4 KiB appending writes from the start, the windows' writeback
-# included: callgrind counts every thread, the writeback helper's too). valgrind does not know cachestat, so under it every file looks
-# unprovable and `auto` streams read uncached: `seq` sets DROPBEHIND_BACKEND=fadvise to
-# take the path a provable file takes natively.
+# shim leaves alone), open (open, one read and close of 1500-byte cached files, 256 of
+# them cycled, per file: what an interpreter importing modules pays), pipe (1-byte write
+# and read on a pipe, per call), write-window (4 KiB appending writes continuing a stream,
+# after its first MiB, inside an 8 MiB window: the hot path alone), write (4 KiB appending
+# writes from the start, the windows' writeback included: callgrind counts every thread,
+# the writeback helper's too). valgrind does not know cachestat, so under it every file
+# looks unprovable and `auto` streams read uncached: `seq` sets DROPBEHIND_BACKEND=fadvise
+# to take the path a provable file takes natively. Only instructions are counted: a
+# system call the shim adds shows as the few it takes to make one (`strace -c` counts them).
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=20000
@@ -36,6 +39,7 @@ TMP=$(mktemp -d /var/tmp/hook-cost.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 cat >"$TMP/calls.c" <<'EOF'
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -49,6 +53,16 @@ int main(int argc, char **argv) {
         if (pipe(p)) return 1;
         for (long i = 0; i < n / 2; i++)
             if (write(p[1], buf, 1) != 1 || read(p[0], buf, 1) != 1) return 1;
+        return 0;
+    }
+    if (!strcmp(kind, "open")) {
+        char path[4200];
+        for (long i = 0; i < n; i++) {
+            snprintf(path, sizeof path, "%s/f%03ld", argv[3], i % 256);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0 || read(fd, buf, sizeof buf) <= 0) return 1;
+            close(fd);
+        }
         return 0;
     }
     if (!strncmp(kind, "write", 5)) {
@@ -84,7 +98,9 @@ EOF
 ${CC:-cc} -O2 -o "$TMP/calls" "$TMP/calls.c"
 head -c 64M /dev/urandom >"$TMP/big"
 head -c 64K /dev/urandom >"$TMP/small"
-cat "$TMP/big" "$TMP/small" >/dev/null
+mkdir "$TMP/tree"
+for i in $(seq -f %03g 0 255); do head -c 1500 /dev/urandom >"$TMP/tree/f$i"; done
+cat "$TMP/big" "$TMP/small" "$TMP"/tree/* >/dev/null
 
 # ir PRELOAD BACKEND KIND N: instructions of the whole run.
 ir() {
@@ -96,13 +112,14 @@ ir() {
 for lib in "$@"; do
     lib=$(realpath "$lib")
     echo "instructions added per call by $lib (N=$N, callgrind):"
-    for kind in seq-window read-window seq seq-uncached read rand stride small pipe write-window write; do
+    for kind in seq-window read-window seq seq-uncached read rand stride small open pipe write-window write; do
         file=$TMP/big backend=auto n=$N window=2M
         case $kind in
         write-window) file=$TMP/out n=150 window=8M ;;
         *-window) backend=fadvise n=150 ;;
         seq | read) backend=fadvise ;;
         small) file=$TMP/small ;;
+        open) file=$TMP/tree ;;
         write) file=$TMP/out ;;
         esac
         a1=$(ir "" "$backend" "$kind" "$n" "$file"); a2=$(ir "" "$backend" "$kind" $((2 * n)) "$file")

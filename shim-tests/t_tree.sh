@@ -123,6 +123,52 @@ check "hot small files: all still cached ($hot_after of $hot_before KiB)" "[ $ho
 # No report at all means the process did nothing to any file.
 check "hot small files: the report shows none dropped" "[ ! -e '$d/hot.report' ] || grep -q 'small files dropped    0 ' '$d/hot.report'"
 
+# The same cached files opened, read once and closed (os.open, no fstat of the program's
+# own), counted without the shim and with it: once its first files were all cached, the
+# shim looks at one small file in 64 at all, so it adds a few fstat and cachestat calls
+# per hundred files, not one per file.
+if have strace; then
+    # stat_calls [PREFIX...]: fstat and cachestat calls of the run (strace -c -f).
+    stat_calls() {
+        find "$d/hot" -type f -exec cat {} + >/dev/null
+        strace -f -c -o "$d/calls" "$@" python3 - "$d/hot" <<'PY' >/dev/null
+import os, sys
+files = sorted(os.path.join(r, f) for r, _, fs in os.walk(sys.argv[1]) for f in fs)
+for _ in range(3):
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        os.read(fd, 65536)
+        os.close(fd)
+PY
+        awk '$NF ~ /^(fstat|newfstatat|statx|cachestat|syscall_0x1c3)$/ { n += $4 } END { print n + 0 }' "$d/calls"
+    }
+    plain_calls=$(stat_calls)
+    shim_calls=$(stat_calls "${SHIM[@]}")
+    check "hot small files: 6000 opens cost the shim at most 600 fstat and cachestat calls ($shim_calls against $plain_calls)" \
+        "[ -n '$shim_calls' ] && [ \$(($shim_calls - $plain_calls)) -le 600 ]"
+else
+    skip "hot small files: system calls per open: strace missing"
+fi
+
+# A big cold file that such a process then reads in 4 KiB reads is still a stream the shim
+# drops behind: its first read, which the shim let through unexamined, leaves at most
+# readahead's first window behind.
+make_file "$d/big" 64
+shim python3 - "$d/hot" "$d/big" <<'PY'
+import os, sys
+for r, _, fs in os.walk(sys.argv[1]):
+    for f in sorted(fs):
+        fd = os.open(os.path.join(r, f), os.O_RDONLY)
+        os.read(fd, 65536)
+        os.close(fd)
+fd = os.open(sys.argv[2], os.O_RDONLY)
+while os.read(fd, 4096):
+    pass
+os.close(fd)
+PY
+big_kib=$(cached_kib "$d/big")
+check "a big cold file read after 2000 cached ones: at most 1 MiB of it cached after ($big_kib KiB)" "[ $big_kib -le 1024 ]"
+
 # Files read only in part (head, file): left alone, even in a process that streams others
 # whole. One process reads tree a whole (it shows bulk I/O), then the first 100 bytes of
 # every file of tree b: what readahead brought in of b stays.

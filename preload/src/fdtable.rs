@@ -25,6 +25,9 @@ atomic_enum! {
         Ignored = 1,
         /// A regular file whose streams the shim follows.
         Tracked = 2,
+        /// Its first read went through unexamined (`engine::files::glance`): looked at on
+        /// its next call, where it would have been on its first.
+        Glanced = 3,
     }
 }
 

@@ -109,6 +109,21 @@ impl TreeStream {
         false
     }
 
+    /// A file is read for the first time, before anyone knows whether it is small: when
+    /// `check_residency` would not check the next small file anyway, that is counted as done
+    /// and the answer is yes, so the caller need not even find out the file's size. When it
+    /// would check, nothing changes: the caller asks `check_residency` once it knows.
+    pub fn skips_next(&mut self, p: &TreeParams) -> bool {
+        if self.bulk == Bulk::Rereading {
+            return true;
+        }
+        if self.found_cold || self.checks < p.quiet_checks || self.skipped + 1 >= p.sample_every {
+            return false;
+        }
+        self.skipped += 1;
+        true
+    }
+
     /// The residency check found the file entirely uncached.
     pub fn found_cold(&mut self) {
         self.found_cold = true;
@@ -218,6 +233,24 @@ mod tests {
         // The first files, then one in `sample_every`.
         assert!(checks <= P.quiet_checks as usize + 20_000 / P.sample_every as usize + 1);
         assert_eq!(t.bulk, Bulk::Unproven);
+    }
+
+    #[test]
+    fn skipping_ahead_of_the_size_samples_as_checking_does() {
+        // Files whose size is asked only where `skips_next` says no: the same files are
+        // checked as when every one asks `check_residency`.
+        let (mut a, mut b) = (TreeStream::new(), TreeStream::new());
+        for i in 0..5000 {
+            let checked_a = a.check_residency(&P);
+            let checked_b = !b.skips_next(&P) && b.check_residency(&P);
+            assert_eq!(checked_a, checked_b, "file {i}");
+        }
+        // And once a cold file was found, nothing is skipped.
+        b.found_cold();
+        assert!(!b.skips_next(&P));
+        let mut r = TreeStream::new();
+        r.reread();
+        assert!(r.skips_next(&P), "a rereading process checks nothing");
     }
 
     #[test]

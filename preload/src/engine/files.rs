@@ -93,9 +93,40 @@ pub(super) fn publish(eng: &Engine, fd: i32, c: &mut Claimed) {
     }
 }
 
+/// The most a first read may ask for and still go through unexamined.
+const GLANCE_MAX: usize = 64 * 1024;
+
+/// A first read of a file the program opened read-only, in a process whose small files are
+/// no longer all checked (it reads cached ones: a build, an interpreter), goes through
+/// without the fstat that classifies it: a hot small file, read at once and closed, costs
+/// no system call of the shim's. Any later call on the fd classifies it as a first one
+/// would, a big file's stream starting there: what this read brought in (readahead's first
+/// window, at most four times `GLANCE_MAX`) stays cached, as pages not proven its own do.
+pub(super) fn glance(eng: &Engine, fd: i32, asked: Option<usize>) -> bool {
+    let Some(slot) = fdtable::slot(fd) else {
+        return false;
+    };
+    let read_only = slot
+        .open_flags()
+        .is_some_and(|f| f & libc::O_ACCMODE == libc::O_RDONLY && f & libc::O_DIRECT == 0);
+    if slot.state() != Managed::Unknown || !read_only || asked.is_none_or(|n| n > GLANCE_MAX) {
+        return false;
+    }
+    let Some(c) = slot.try_claim() else {
+        return false;
+    };
+    if slot.state() != Managed::Unknown || !super::tree::skips_next(eng) {
+        return false;
+    }
+    c.set_state(Managed::Glanced);
+    true
+}
+
 /// Decides once per fd whether it is a file the shim manages.
 pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
     let ignore = |c: &mut Claimed| c.set_state(Managed::Ignored);
+    // Its sample of the tree's residency checks was taken: a skip.
+    let glanced = c.slot().state() == Managed::Glanced;
     let Ok(id) = sys::file::identify(fd) else {
         return ignore(c);
     };
@@ -126,6 +157,9 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
             Small::No
         }
     } else if id.size < eng.cfg.min_size.max(1) {
+        if glanced {
+            return ignore(c);
+        }
         match super::tree::adopt_small_read(eng, fd, id.dev, id.ino, id.size) {
             Small::No => return ignore(c),
             cold => cold,

@@ -2,7 +2,8 @@
 //! events fed to the stream's policy.
 
 use super::files::{
-    Scope, claim_tracked, drop_owned, publish, read_params, snapshot, uncached_reads, with_file,
+    Scope, claim_tracked, drop_owned, glance, publish, read_params, snapshot, uncached_reads,
+    with_file,
 };
 use super::write::finish_write;
 use super::{Engine, contained};
@@ -113,9 +114,10 @@ pub fn after_fast_read(fd: i32, off: u64, asked: impl FnOnce() -> usize, ret: is
     slow_after_read(fd, ReadTicket::fast(off, false), asked(), ret);
 }
 
-/// Before a read at `off` (`None`: at the file position).
+/// Before a read at `off` (`None`: at the file position) of `asked` bytes (`None`: not
+/// known before the call).
 #[inline]
-pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
+pub fn before_read(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadTicket {
     let Some(slot) = fdtable::slot(fd) else {
         return ReadTicket::default();
     };
@@ -128,7 +130,7 @@ pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
         }
         _ => {}
     }
-    slow_before_read(fd, off)
+    slow_before_read(fd, off, asked)
 }
 
 /// The hot path: a random stream's jump, or a sequential stream's next read well inside
@@ -157,8 +159,11 @@ pub(super) fn fast_read_ticket(slot: &Slot, off: Option<u64>) -> Option<ReadTick
 }
 
 #[inline(never)]
-pub(super) fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
+pub(super) fn slow_before_read(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadTicket {
     contained(|eng| {
+        if glance(eng, fd, asked) {
+            return ReadTicket::default();
+        }
         let Some(mut c) = claim_tracked(eng, fd) else {
             return ReadTicket::default();
         };

@@ -166,6 +166,12 @@ pub(super) fn adopt_small_read(eng: &Engine, fd: i32, dev: u64, ino: u64, size: 
     .unwrap_or(Small::No)
 }
 
+/// A read-only file's first read, size unknown: whether a small file would go unchecked
+/// now (counted as such), so that its size needs no asking.
+pub(super) fn skips_next(eng: &Engine) -> bool {
+    !eng.cfg.tree || with_tree(|t| t.stream.skips_next(&PARAMS)).unwrap_or(false)
+}
+
 /// Bytes the process brought in as a stream elsewhere (a big file's drops): bulk evidence.
 pub(super) fn evidence(bytes: u64) {
     if bytes == 0 || HELD_LIMIT.load(Ordering::Relaxed) == 0 {
