@@ -113,8 +113,13 @@ impl Helper {
         self.wake.load(SeqCst)
     }
 
-    /// Sleeps until woken after `seen`, or `timeout` passed.
+    /// Sleeps until woken after `seen`, or `timeout` passed. Not at all once a stop was
+    /// asked: `shutdown` stores the stop before its wake, so a `seen` read after that wake
+    /// would sleep through it, the whole timeout, past `shutdown`'s wait.
     pub fn sleep(&self, seen: u32, timeout: &libc::timespec) -> Woken {
+        if self.stopping() {
+            return Woken::Woken;
+        }
         thread::futex_wait(&self.wake, seen, Some(timeout))
     }
 
