@@ -97,7 +97,8 @@ pub(super) fn publish(eng: &Engine, fd: i32, c: &mut Claimed) {
 const GLANCE_MAX: usize = 64 * 1024;
 
 /// A first read of a file the program opened read-only, in a process whose small files are
-/// no longer all checked (it reads cached ones: a build, an interpreter), goes through
+/// no longer all checked (it reads cached ones: a build, an interpreter; or the tree is
+/// off), goes through
 /// without the fstat that classifies it: a hot small file, read at once and closed, costs
 /// no system call of the shim's. Any later call on the fd classifies it as a first one
 /// would, a big file's stream starting there: what this read brought in (readahead's first

@@ -113,8 +113,13 @@ fn key(dev: u64, ino: u64) -> u64 {
     h | 1
 }
 
+/// Whether SEEN_SET holds anything: a forked child inherits it with a fresh stream, and
+/// its small files must then be compared with it, never glanced past.
+static SEEN_ANY: AtomicBool = AtomicBool::new(false);
+
 /// Remembers that the process streamed this file. A full neighbourhood: forgotten.
 fn remember_seen(dev: u64, ino: u64) {
+    SEEN_ANY.store(true, Ordering::Relaxed);
     let k = key(dev, ino);
     let start = (k >> 40) as usize % SEEN;
     for i in 0..PROBES {
@@ -169,7 +174,11 @@ pub(super) fn adopt_small_read(eng: &Engine, fd: i32, dev: u64, ino: u64, size: 
 /// A read-only file's first read, size unknown: whether a small file would go unchecked
 /// now (counted as such), so that its size needs no asking.
 pub(super) fn skips_next(eng: &Engine) -> bool {
-    !eng.cfg.tree || with_tree(|t| t.stream.skips_next(&PARAMS)).unwrap_or(false)
+    if !eng.cfg.tree {
+        return true;
+    }
+    !SEEN_ANY.load(Ordering::Relaxed)
+        && with_tree(|t| t.stream.skips_next(&PARAMS)).unwrap_or(false)
 }
 
 /// Bytes the process brought in as a stream elsewhere (a big file's drops): bulk evidence.
