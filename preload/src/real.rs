@@ -146,7 +146,7 @@ pub fn enosys<T: Failure>() -> T {
 macro_rules! reals {
     ($($id:ident = $name:literal : fn($($a:ty),*) -> $r:ty;)*) => {
         $(
-            pub static $id: Real<unsafe extern "C" fn($($a),*) -> $r> = Real::new($name);
+            pub static $id: Real<unsafe extern "C-unwind" fn($($a),*) -> $r> = Real::new($name);
         )*
     };
 }

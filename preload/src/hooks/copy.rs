@@ -62,7 +62,7 @@ fn report(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn copy_file_range(
+pub unsafe extern "C-unwind" fn copy_file_range(
     fd_in: c_int,
     off_in: *mut loff_t,
     fd_out: c_int,
@@ -84,7 +84,7 @@ pub unsafe extern "C" fn copy_file_range(
 macro_rules! sendfile_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             fd_out: c_int,
             fd_in: c_int,
             off: *mut off_t,
@@ -107,7 +107,7 @@ sendfile_hook!(sendfile64, SENDFILE64);
 
 /// splice: one end is a pipe, whose capacity already bounds each call.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn splice(
+pub unsafe extern "C-unwind" fn splice(
     fd_in: c_int,
     off_in: *mut loff_t,
     fd_out: c_int,

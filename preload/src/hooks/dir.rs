@@ -20,19 +20,19 @@ fn opened(dirp: *mut DIR) -> *mut DIR {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn opendir(name: *const c_char) -> *mut DIR {
+pub unsafe extern "C-unwind" fn opendir(name: *const c_char) -> *mut DIR {
     let dirp = call_real!(OPENDIR(name) or enosys);
     opened(dirp)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
+pub unsafe extern "C-unwind" fn fdopendir(fd: c_int) -> *mut DIR {
     let dirp = call_real!(FDOPENDIR(fd) or enosys);
     opened(dirp)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn closedir(dirp: *mut DIR) -> c_int {
+pub unsafe extern "C-unwind" fn closedir(dirp: *mut DIR) -> c_int {
     if !dirp.is_null() {
         let e = crate::sys::errno::get();
         // SAFETY: `dirp` is a live stream: the program is passing it to closedir, which

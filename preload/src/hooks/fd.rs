@@ -22,7 +22,7 @@ fn opened_with(fd: c_int, flags: c_int) -> c_int {
 macro_rules! open_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             let fd = call_real!($real(path, flags, mode) or syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags, mode));
             opened_with(fd, flags)
         }
@@ -34,7 +34,7 @@ open_hook!(open64, OPEN64);
 macro_rules! openat_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             dirfd: c_int,
             path: *const c_char,
             flags: c_int,
@@ -51,7 +51,7 @@ openat_hook!(openat64, OPENAT64);
 macro_rules! creat_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(path: *const c_char, mode: mode_t) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(path: *const c_char, mode: mode_t) -> c_int {
             let fd = call_real!($real(path, mode) or syscall(libc::SYS_openat, libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode));
             opened_with(fd, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC)
         }
@@ -64,7 +64,7 @@ creat_hook!(creat64, CREAT64);
 macro_rules! open2_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(path: *const c_char, flags: c_int) -> c_int {
             let fd = call_real!($real(path, flags) or enosys);
             opened_with(fd, flags)
         }
@@ -76,7 +76,7 @@ open2_hook!(__open64_2, OPEN64_2);
 macro_rules! openat2_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
             let fd = call_real!($real(dirfd, path, flags) or enosys);
             opened_with(fd, flags)
         }
@@ -86,13 +86,13 @@ openat2_hook!(__openat_2, OPENAT_2);
 openat2_hook!(__openat64_2, OPENAT64_2);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
     engine::closing(fd);
     call_real!(CLOSE(fd) or syscall(libc::SYS_close, fd))
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         engine::closing_range(first, last);
     }
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn closefrom(lowfd: c_int) {
+pub unsafe extern "C-unwind" fn closefrom(lowfd: c_int) {
     // glibc treats a negative lowfd as 0.
     engine::closing_range(lowfd.max(0) as u32, u32::MAX);
     call_real!(CLOSEFROM(lowfd) or {
@@ -110,13 +110,13 @@ pub unsafe extern "C" fn closefrom(lowfd: c_int) {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dup(old: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn dup(old: c_int) -> c_int {
     let fd = call_real!(DUP(old) or syscall(libc::SYS_dup, old));
     opened(fd)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn dup2(old: c_int, new: c_int) -> c_int {
     if old == new {
         // No close happens: the fd keeps its stream.
         return call_real!(DUP2(old, new) or syscall(libc::SYS_dup2, old, new));
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if old != new {
         engine::closing(new);
     }
@@ -150,7 +150,7 @@ fn fcntl_done(fd: c_int, cmd: c_int, ret: c_int) -> c_int {
 macro_rules! fcntl_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(fd: c_int, cmd: c_int, arg: usize) -> c_int {
             let ret = call_real!($real(fd, cmd, arg) or syscall(libc::SYS_fcntl, fd, cmd, arg));
             fcntl_done(fd, cmd, ret)
         }
@@ -162,7 +162,7 @@ fcntl_hook!(fcntl64, FCNTL64);
 macro_rules! lseek_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(fd: c_int, off: off_t, whence: c_int) -> off_t {
+        pub unsafe extern "C-unwind" fn $name(fd: c_int, off: off_t, whence: c_int) -> off_t {
             let ret = call_real!($real(fd, off, whence) or syscall(libc::SYS_lseek, fd, off, whence));
             if ret >= 0 {
                 engine::seeked(fd, ret as u64);

@@ -11,7 +11,7 @@ fn failed(p: *mut c_void) -> bool {
 macro_rules! mmap_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             addr: *mut c_void,
             len: size_t,
             prot: c_int,
@@ -39,7 +39,7 @@ mmap_hook!(mmap, MMAP);
 mmap_hook!(mmap64, MMAP64);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+pub unsafe extern "C-unwind" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     let taken = engine::unmapping(addr as usize, len, 0);
     let r = call_real!(MUNMAP(addr, len) or syscall(libc::SYS_munmap, addr, len));
     engine::unmapped(taken, Mapping::gone_if(r == 0), Pages::Drop);
@@ -49,7 +49,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 /// mremap is variadic: the new address is passed (and read) only with MREMAP_FIXED. On
 /// x86_64 a variadic pointer argument travels like a fixed one.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mremap(
+pub unsafe extern "C-unwind" fn mremap(
     old: *mut c_void,
     old_len: size_t,
     new_len: size_t,
@@ -89,7 +89,7 @@ fn advising(addr: *mut c_void, len: size_t, advice: c_int, call: impl FnOnce() -
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     advising(
         addr,
         len,
@@ -101,7 +101,11 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
 /// Returns an error number rather than setting errno. POSIX_MADV_* equal MADV_* for the
 /// three pattern hints.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn posix_madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn posix_madvise(
+    addr: *mut c_void,
+    len: size_t,
+    advice: c_int,
+) -> c_int {
     advising(
         addr,
         len,

@@ -2,7 +2,11 @@
 //! exactly once, hand the result to the engine, return the result untouched.
 //!
 //! The frame that calls the real function holds no value with a destructor, so a thread
-//! cancelled inside the real call unwinds through it cleanly. Variadic functions (open,
+//! cancelled inside the real call unwinds through it cleanly. Hooks, and the real functions
+//! they call, are `extern "C-unwind"`: glibc's forced unwind (pthread_cancel, pthread_exit)
+//! may pass through them. Declared `extern "C"`, a frame that inlines anything able to
+//! unwind gets an abort guard whose call-site table leaves the nounwind real call out, and a
+//! thread cancelled there aborts the program (seen with LTO: docs/interposition.md). Variadic functions (open,
 //! openat, fcntl) take their optional argument as a fixed one: on x86_64 and aarch64 Linux
 //! it arrives in the same register either way.
 
@@ -18,7 +22,7 @@ macro_rules! real_calls {
     (($fd:ident $(, $a:ident: $t:ty)*) -> $ret:ty = $real:ident or ($($fb:tt)+)) => {
         #[cold]
         #[inline(never)]
-        extern "C" fn unresolved($fd: libc::c_int $(, $a: $t)*) -> $ret {
+        extern "C-unwind" fn unresolved($fd: libc::c_int $(, $a: $t)*) -> $ret {
             call_real!($real($fd $(, $a)*) or $($fb)+)
         }
         #[inline(always)]

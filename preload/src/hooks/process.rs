@@ -7,7 +7,7 @@ use crate::engine;
 use libc::{c_int, c_ulong};
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn prctl(
+pub unsafe extern "C-unwind" fn prctl(
     option: c_int,
     a2: c_ulong,
     a3: c_ulong,

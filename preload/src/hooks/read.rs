@@ -123,26 +123,26 @@ macro_rules! hook {
         ticket $tk:ident => $with_ticket:expr;
     ) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
+        pub unsafe extern "C-unwind" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
             real_calls!(($fd $(, $a: $t)*) -> ssize_t = $real or ($($fb)+));
             #[inline(always)]
             fn with_ticket($tk: ReadTicket, $fd: c_int $(, $a: $t)*) -> ssize_t {
                 $with_ticket
             }
-            // These three are extern "C" (they cannot unwind, like the hook), so that the
-            // calls to them are tail calls.
+            // These three are, like the hook, `extern "C-unwind"` (see hooks/mod.rs), so that
+            // the calls to them are tail calls.
             #[inline(never)]
-            extern "C" fn full($fd: c_int $(, $a: $t)*) -> ssize_t {
+            extern "C-unwind" fn full($fd: c_int $(, $a: $t)*) -> ssize_t {
                 with_ticket(engine::before_read($fd, $at, $known), $fd $(, $a)*)
             }
             /// The hot path of an uncached stream (`off`: the ticket's): its read replaced.
             #[inline(never)]
-            extern "C" fn uncached($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
+            extern "C-unwind" fn uncached($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
                 with_ticket(ReadTicket::fast(off, true), $fd $(, $a)*)
             }
             /// The hot path of a vector read: the real call, then the stream's new position.
             #[inline(never)]
-            extern "C" fn fast($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
+            extern "C-unwind" fn fast($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
                 let ret = call($fd $(, $a)*);
                 engine::after_fast_read($fd, off, || $asked, ret);
                 ret

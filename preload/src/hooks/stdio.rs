@@ -30,7 +30,7 @@ fn opened(fp: *mut FILE) -> *mut FILE {
 macro_rules! fopen_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char) -> *mut FILE {
+        pub unsafe extern "C-unwind" fn $name(path: *const c_char, mode: *const c_char) -> *mut FILE {
             let fp = call_real!($real(path, mode) or enosys);
             opened(fp)
         }
@@ -40,14 +40,14 @@ fopen_hook!(fopen, FOPEN);
 fopen_hook!(fopen64, FOPEN64);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+pub unsafe extern "C-unwind" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     call_real!(FDOPEN(fd, mode) or enosys)
 }
 
 macro_rules! freopen_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             path: *const c_char,
             mode: *const c_char,
             fp: *mut FILE,
@@ -65,7 +65,7 @@ freopen_hook!(freopen, FREOPEN);
 freopen_hook!(freopen64, FREOPEN64);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fclose(fp: *mut FILE) -> c_int {
+pub unsafe extern "C-unwind" fn fclose(fp: *mut FILE) -> c_int {
     let fd = fd_of(fp);
     if fd >= 0 {
         engine::stdio_closing(fd);
@@ -90,7 +90,7 @@ fn before_read(fp: *mut FILE) -> c_int {
 macro_rules! fread_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             ptr: *mut c_void,
             size: size_t,
             n: size_t,
@@ -109,7 +109,7 @@ fread_hook!(fread_unlocked, FREAD_UNLOCKED);
 macro_rules! fread_chk_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             ptr: *mut c_void,
             buflen: size_t,
             size: size_t,
@@ -129,7 +129,7 @@ fread_chk_hook!(__fread_unlocked_chk, FREAD_UNLOCKED_CHK);
 macro_rules! fgets_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(s: *mut c_char, n: c_int, fp: *mut FILE) -> *mut c_char {
+        pub unsafe extern "C-unwind" fn $name(s: *mut c_char, n: c_int, fp: *mut FILE) -> *mut c_char {
             let fd = before_read(fp);
             let r = call_real!($real(s, n, fp) or std::ptr::null_mut());
             let bytes = if r.is_null() {
@@ -147,7 +147,7 @@ fgets_hook!(fgets, FGETS);
 fgets_hook!(fgets_unlocked, FGETS_UNLOCKED);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn getdelim(
+pub unsafe extern "C-unwind" fn getdelim(
     line: *mut *mut c_char,
     cap: *mut size_t,
     delim: c_int,
@@ -160,7 +160,7 @@ pub unsafe extern "C" fn getdelim(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn getline(
+pub unsafe extern "C-unwind" fn getline(
     line: *mut *mut c_char,
     cap: *mut size_t,
     fp: *mut FILE,
@@ -188,7 +188,7 @@ fn write_done(fd: c_int, bytes: usize) {
 macro_rules! fwrite_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
+        pub unsafe extern "C-unwind" fn $name(
             ptr: *const c_void,
             size: size_t,
             n: size_t,
@@ -207,7 +207,7 @@ fwrite_hook!(fwrite_unlocked, FWRITE_UNLOCKED);
 macro_rules! fputs_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(s: *const c_char, fp: *mut FILE) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(s: *const c_char, fp: *mut FILE) -> c_int {
             let fd = before_write(fp);
             let r = call_real!($real(s, fp) or libc::EOF);
             let bytes = if r >= 0 {

@@ -14,12 +14,12 @@ macro_rules! hook {
         at $at:expr;
     ) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
+        pub unsafe extern "C-unwind" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
             real_calls!(($fd $(, $a: $t)*) -> ssize_t = $real or ($($fb)+));
-            // These two are extern "C" (they cannot unwind, like the hook), so that the
-            // calls to them are tail calls.
+            // These two are, like the hook, `extern "C-unwind"` (see hooks/mod.rs), so that
+            // the calls to them are tail calls.
             #[inline(never)]
-            extern "C" fn full($fd: c_int $(, $a: $t)*) -> ssize_t {
+            extern "C-unwind" fn full($fd: c_int $(, $a: $t)*) -> ssize_t {
                 let t = engine::before_write($fd, $at);
                 let ret = call($fd $(, $a)*);
                 engine::after_write($fd, t, ret);
@@ -27,7 +27,7 @@ macro_rules! hook {
             }
             /// The hot path: the real call, then the stream's new position.
             #[inline(never)]
-            extern "C" fn fast($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
+            extern "C-unwind" fn fast($fd: c_int $(, $a: $t)*, off: u64) -> ssize_t {
                 let ret = call($fd $(, $a)*);
                 engine::after_fast_write($fd, off, ret);
                 ret
@@ -90,7 +90,7 @@ pwritev2_hook!(pwritev64v2, PWRITEV64V2);
 macro_rules! ftruncate_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(fd: c_int, len: off_t) -> c_int {
+        pub unsafe extern "C-unwind" fn $name(fd: c_int, len: off_t) -> c_int {
             let ret = call_real!($real(fd, len) or enosys);
             if ret == 0 {
                 engine::truncating(fd);
