@@ -32,18 +32,24 @@ pub fn closing(fd: i32) {
 }
 
 /// `closing` without the held-fd check (`closing_range` makes that once for the range).
+#[inline]
 fn settle(fd: i32) {
     let Some(slot) = fdtable::slot(fd) else {
         return;
     };
     if slot.state() == Managed::Tracked {
-        contained(|eng| {
-            if let Some(mut c) = slot.try_claim() {
-                finish_streams(eng, fd, c.file());
-            }
-        });
+        finish_tracked(fd, slot);
     }
     slot.forget();
+}
+
+#[inline(never)]
+fn finish_tracked(fd: i32, slot: &'static fdtable::Slot) {
+    contained(|eng| {
+        if let Some(mut c) = slot.try_claim() {
+            finish_streams(eng, fd, c.file());
+        }
+    });
 }
 
 /// Before fds `lo..=hi` are closed together.

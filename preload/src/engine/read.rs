@@ -6,7 +6,7 @@ use super::files::{
     with_file,
 };
 use super::write::finish_write;
-use super::{Engine, contained};
+use super::{Engine, contained, engine};
 use crate::config::Backend;
 use crate::fdtable::{self, FileState, Hot, Managed, Slot, Small};
 use crate::policy::{Pattern, read_continues};
@@ -89,8 +89,19 @@ pub fn read_path(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadPath {
             Some(t) => ReadPath::Fast(t),
             None => ReadPath::Full,
         },
+        Managed::Unknown if glance_early(fd, asked) => ReadPath::Through,
         _ => ReadPath::Full,
     }
+}
+
+/// `glance`, on the way in: an fd's first read that the engine would let through
+/// unexamined goes through from the hook, as the hot path does. The glance makes no system
+/// call and can't panic, and its only locks are the slot's and the tree's claims, given up
+/// at once when taken: it needs none of `entry::inside`'s guards, whose cost was most of
+/// what a hot small file's open, read and close paid.
+#[inline(never)]
+fn glance_early(fd: i32, asked: Option<usize>) -> bool {
+    engine().is_some_and(|eng| glance(eng, fd, asked))
 }
 
 /// After a cached read `read_path` sent the hot way returned `ret` (`asked`: the bytes

@@ -276,10 +276,15 @@ fn undo(j: &Job) {
 /// then no longer name a file the program may reopen on that number; and revokes the
 /// shim's own among them (the program is closing that number: the job must neither use
 /// nor close it any more). Free when no job is in flight.
+#[inline]
 pub fn release_fds(lo: u32, hi: u32) {
-    if ENTRIES.load(Ordering::SeqCst) == 0 {
-        return;
+    if ENTRIES.load(Ordering::SeqCst) != 0 {
+        release_held_fds(lo, hi);
     }
+}
+
+#[inline(never)]
+fn release_held_fds(lo: u32, hi: u32) {
     let within = |fd: i32| fd >= 0 && (lo..=hi).contains(&(fd as u32));
     for e in &OWN_FD {
         let fd = e.load(Ordering::SeqCst);
