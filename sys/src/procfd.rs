@@ -171,6 +171,12 @@ impl FdInfoFile {
         let p = PathBuf128::new(format_args!("/proc/{pid}/fdinfo/{fd}"));
         Ok(FdInfoFile(open_path(p.as_cstr(), libc::O_RDONLY)?))
     }
+    /// `open`, the fd then moved above the numbers a program uses (`file::move_high`): for
+    /// a process's own fds, opened from its own threads.
+    pub fn open_high(pid: i32, fd: i32) -> Result<FdInfoFile, Errno> {
+        let low = FdInfoFile::open(pid, fd)?.0;
+        Ok(FdInfoFile(crate::file::move_high(low.into_raw())?))
+    }
     pub fn read(&self) -> Result<FdInfo, Errno> {
         let mut buf = [0u8; 512];
         let n = pread(&self.0, &mut buf, 0)?;
