@@ -1,6 +1,7 @@
 //! The one way into the shim. Whatever the shim does on a program's thread (a hook's work
 //! before or after the real call, the constructor, atexit and fork handlers) runs through
-//! `inside`: re-entry refused, errno kept, panics contained.
+//! `inside`: re-entry refused, errno kept, panics contained (`even_inside`, for the few
+//! steps that must run on a thread inside the shim too, keeps the last two).
 
 use crate::sys::ErrnoGuard;
 use std::cell::Cell;
@@ -36,6 +37,17 @@ pub fn inside<R>(fallback: R, f: impl FnOnce() -> R) -> R {
     let Some(_g) = ShimGuard::enter() else {
         return fallback;
     };
+    let _e = ErrnoGuard::new();
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+/// `inside` without the re-entry guard, for the few steps that must run even on a thread
+/// inside the shim already: a close waiting for the writeback jobs that use its fd (the
+/// shim's own write path ends streams too), the shim disabled before a sandbox. errno is
+/// kept and panics contained: the hooks are `extern "C-unwind"`, so a panic let out here
+/// would unwind into the program's frames.
+#[inline]
+pub fn even_inside<R>(fallback: R, f: impl FnOnce() -> R) -> R {
     let _e = ErrnoGuard::new();
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }

@@ -28,7 +28,8 @@ macro_rules! unwinder {
         $(
             // Every one of these takes at most three integer or pointer arguments and
             // returns one or nothing, so all forward three registers and return one.
-            extern "C" fn $forward(a: usize, b: usize, c: usize) -> usize {
+            // C-unwind: _Unwind_Resume unwinds on from its caller, this frame.
+            extern "C-unwind" fn $forward(a: usize, b: usize, c: usize) -> usize {
                 match real($idx) {
                     // SAFETY: `f` is libgcc_s's function of the same name as the one the
                     // caller called (`load` looked up NAMES[$idx]); its at most three
@@ -76,7 +77,7 @@ unwinder! {
     11 _Unwind_Backtrace backtrace FATAL;
 }
 
-type Forward = unsafe extern "C" fn(usize, usize, usize) -> usize;
+type Forward = unsafe extern "C-unwind" fn(usize, usize, usize) -> usize;
 
 /// The real function NAMES[idx], if libgcc_s has it (0: not looked up yet, 1: missing).
 fn real(idx: usize) -> Option<Forward> {

@@ -171,10 +171,11 @@ impl FdInfoFile {
         let p = PathBuf128::new(format_args!("/proc/{pid}/fdinfo/{fd}"));
         Ok(FdInfoFile(open_path(p.as_cstr(), libc::O_RDONLY)?))
     }
-    /// `open`, the fd then moved above the numbers a program uses (`file::move_high`): for
-    /// a process's own fds, opened from its own threads.
-    pub fn open_high(pid: i32, fd: i32) -> Result<FdInfoFile, Errno> {
-        let low = FdInfoFile::open(pid, fd)?.0;
+    /// `open` of this process's own fd N (/proc/self), the fd then moved above the
+    /// numbers a program uses (`file::move_high`).
+    pub fn open_own(fd: i32) -> Result<FdInfoFile, Errno> {
+        let p = PathBuf128::new(format_args!("/proc/self/fdinfo/{fd}"));
+        let low = open_path(p.as_cstr(), libc::O_RDONLY)?;
         Ok(FdInfoFile(crate::file::move_high(low.into_raw())?))
     }
     pub fn read(&self) -> Result<FdInfo, Errno> {

@@ -141,7 +141,9 @@ impl Runs {
         pop_lowest(&mut self.batches)
     }
 
-    /// Every batch left as one, in inode order (and so the xfs rest).
+    /// Every batch left as one, in inode order (and so the xfs rest). Batches listed after
+    /// the first call are merged in: each is sorted already, and so is what the last call
+    /// left, and a stable sort merges sorted runs in linear time.
     fn sort_by_inode(&mut self) {
         for batches in [&mut self.batches, &mut self.rest] {
             if batches.len() > 1 || !self.by_inode {
@@ -149,7 +151,7 @@ impl Runs {
                     .drain(..)
                     .flat_map(|(_, runs)| runs.into_iter().flatten())
                     .collect();
-                all.sort_unstable_by_key(|e| e.0);
+                all.sort_by_key(|e| e.0);
                 if !all.is_empty() {
                     batches.push((0, runs_of(all)));
                 }
@@ -357,7 +359,12 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         0
     };
     let spare_fds = (0..spares).map_while(|_| own_dir_fd(fd.raw())).collect();
-    let program_pos = sys::procfd::FdInfoFile::open_high(sys::proc::pid(), dirfd).ok();
+    // Read only where the listing is split, which finds where the offsets end.
+    let splits =
+        threads > 1 && [EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC].contains(&kind);
+    let program_pos = splits
+        .then(|| sys::procfd::FdInfoFile::open_own(dirfd).ok())
+        .flatten();
     let job = Arc::new(Job {
         kind,
         spare_fds: Mutex::new(spare_fds),
@@ -501,6 +508,7 @@ fn watch_program(job: &Job) {
         return;
     };
     if end == 0
+        || job.stopped()
         || job.program_listed.load(Ordering::Relaxed)
         || job.watching.swap(true, Ordering::Acquire)
     {

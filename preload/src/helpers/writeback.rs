@@ -279,7 +279,7 @@ fn undo(j: &Job) {
 #[inline]
 pub fn release_fds(lo: u32, hi: u32) {
     if ENTRIES.load(Ordering::SeqCst) != 0 {
-        release_held_fds(lo, hi);
+        crate::entry::even_inside((), || release_held_fds(lo, hi));
     }
 }
 

@@ -6,9 +6,10 @@
 //! they call, are `extern "C-unwind"`: glibc's forced unwind (pthread_cancel, pthread_exit)
 //! may pass through them. Declared `extern "C"`, a frame that inlines anything able to
 //! unwind gets an abort guard whose call-site table leaves the nounwind real call out, and a
-//! thread cancelled there aborts the program (seen with LTO: docs/interposition.md). Variadic functions (open,
-//! openat, fcntl) take their optional argument as a fixed one: on x86_64 and aarch64 Linux
-//! it arrives in the same register either way.
+//! thread cancelled there aborts the program (seen with LTO: docs/interposition.md).
+//!
+//! Variadic functions (open, openat, fcntl) take their optional argument as a fixed one: on
+//! x86_64 and aarch64 Linux it arrives in the same register either way.
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!(
@@ -129,7 +130,8 @@ fn register_atfork() {
 }
 
 extern "C" fn after_fork_child() {
-    engine::after_fork_child();
+    // Even inside: a fork from a signal handler that interrupted the shim still resets.
+    entry::even_inside((), engine::after_fork_child);
 }
 
 #[used]

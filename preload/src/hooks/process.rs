@@ -15,7 +15,7 @@ pub unsafe extern "C-unwind" fn prctl(
     a5: c_ulong,
 ) -> c_int {
     if option == libc::PR_SET_NO_NEW_PRIVS || option == libc::PR_SET_SECCOMP {
-        engine::disable();
+        crate::entry::even_inside((), engine::disable);
     }
     call_real!(PRCTL(option, a2, a3, a4, a5) or enosys)
 }
