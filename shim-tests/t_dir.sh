@@ -139,12 +139,29 @@ else
     skip "seccomp filter during a prefetch: no C compiler, or it failed: $(head -1 "$d/cc.err" 2>/dev/null)"
 fi
 
+# A program that reads the whole directory before it stats (fts: du, find) is seen once it
+# is at the directory's end, and the prefetch's rest goes in inode order, as it stats.
+have_list_then_stat=
+if have cc && cc -O2 -w -o "$d/list_then_stat" "$ROOT/shim-tests/helpers/list_then_stat.c" 2>"$d/cc.err"; then
+    have_list_then_stat=1
+fi
+order_check() { # LABEL DIR
+    if [ -z "$have_list_then_stat" ]; then skip "$1: list, then stat: no C compiler"; return; fi
+    local a b
+    a=$("$d/list_then_stat" "$2" 2>&1)
+    cold
+    b=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$2" 2>"$d/order.log")
+    check "$1: list, then stat: the rest of the prefetch in inode order, output identical ($b)" \
+        '[ "$a" = "$b" ] && grep -q "the rest by inode" "$d/order.log"'
+}
+
 # On the slow disk, where cold stats cost milliseconds.
 if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
     sd=$d/slow
     if mnt=$("$ROOT/scripts/slowdisk.sh" up "$sd" --fs ext4 --size 1G 2>"$d/sd.err"); then
         python3 "$ROOT/scripts/make-dirs.py" aged "$mnt/aged" 5000
         run_suite "slow disk ext4" "$mnt/aged"
+        order_check "slow disk ext4" "$mnt/aged"
         if [ -n "$have_seccomp" ]; then seccomp_check "slow disk ext4" "$mnt/aged"
         else skip "slow disk ext4: seccomp filter during a prefetch: no C compiler"; fi
     else
@@ -157,6 +174,7 @@ if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
     elif sd2=$d/slow-xfs && mnt2=$("$ROOT/scripts/slowdisk.sh" up "$sd2" --fs xfs --size 1G 2>"$d/sd2.err"); then
         python3 "$ROOT/scripts/make-dirs.py" aged "$mnt2/aged" 5000
         run_suite "slow disk xfs" "$mnt2/aged"
+        order_check "slow disk xfs" "$mnt2/aged"
         if [ -n "$have_seccomp" ]; then seccomp_check "slow disk xfs" "$mnt2/aged"
         else skip "slow disk xfs: seccomp filter during a prefetch: no C compiler"; fi
     else
