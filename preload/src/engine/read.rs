@@ -127,10 +127,10 @@ pub fn after_fast_read(fd: i32, off: u64, asked: impl FnOnce() -> usize, ret: is
     slow_after_read(fd, ReadTicket::fast(off, false), asked(), ret);
 }
 
-/// Before a read at `off` (`None`: at the file position) of `asked` bytes (`None`: not
-/// known before the call).
+/// Before a read at `off` (`None`: at the file position), one `read_path` did not let
+/// through: a first read it did not glance past is classified here.
 #[inline]
-pub fn before_read(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadTicket {
+pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
     let Some(slot) = fdtable::slot(fd) else {
         return ReadTicket::default();
     };
@@ -143,7 +143,7 @@ pub fn before_read(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadTicke
         }
         _ => {}
     }
-    slow_before_read(fd, off, asked)
+    slow_before_read(fd, off)
 }
 
 /// The hot path: a random stream's jump, or a sequential stream's next read well inside
@@ -172,11 +172,8 @@ pub(super) fn fast_read_ticket(slot: &Slot, off: Option<u64>) -> Option<ReadTick
 }
 
 #[inline(never)]
-pub(super) fn slow_before_read(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadTicket {
+fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
     contained(|eng| {
-        if glance(eng, fd, asked) {
-            return ReadTicket::default();
-        }
         let Some(mut c) = claim_tracked(eng, fd) else {
             return ReadTicket::default();
         };
