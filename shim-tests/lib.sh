@@ -38,6 +38,26 @@ scratch() {
     mktemp -d "$base/t.XXXXXX"
 }
 
+# damon_pause / damon_resume: a DAMON pageout scheme (kdamond) where the machine runs one
+# reclaims page cache it finds idle, files read seconds before among it; a check that needs
+# cached files to stay cached pauses it (as the benchmark's cached rows do). Root only; the
+# caller resumes it, on its EXIT trap too.
+DAMON_PAUSED=()
+damon_pause() {
+    local s
+    is_root || return 0
+    for s in /sys/kernel/mm/damon/admin/kdamonds/[0-9]*/state; do
+        [ -w "$s" ] && [ "$(cat "$s" 2>/dev/null)" = on ] && echo off >"$s" 2>/dev/null &&
+            DAMON_PAUSED+=("$s")
+    done
+    return 0
+}
+damon_resume() {
+    local s
+    for s in "${DAMON_PAUSED[@]}"; do echo on >"$s" 2>/dev/null || echo "# could not restart DAMON ($s)"; done
+    DAMON_PAUSED=()
+}
+
 # make_file PATH MiB: incompressible data, written back and evicted from the cache.
 make_file() {
     head -c "$(($2 * MiB))" /dev/urandom >"$1"
