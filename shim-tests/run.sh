@@ -10,7 +10,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 echo "# lint.sh"
 "$here/lint.sh" || { echo "lint failed: no test run"; exit 1; }
 export RESULTS=$(mktemp)
-trap 'rm -f "$RESULTS"' EXIT
+# Checks of what stays cached must not read what a DAMON pageout scheme took meanwhile (it
+# takes pages of files read seconds before, see lib.sh): paused for the whole run, where
+# the machine runs one, and restarted at the end.
+. "$here/lib.sh"
+damon_pause
+trap 'damon_resume; rm -f "$RESULTS"' EXIT
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=("$here"/t_*.sh)
 for t in "${tests[@]}"; do
