@@ -58,6 +58,21 @@ for e in "${extra[@]+"${extra[@]}"}"; do
 done
 n=${#names[@]}
 
+# Every library's file cached the same way before timing: evicted, then read whole. How a
+# file came into the page cache moves what mapping it costs an exec: the linker's output
+# (written through a mapping) or a library faulted in page by page cost 13-20 us more an
+# exec of /bin/true than the same bytes read whole with read(2), as a copy or an installed
+# package is (bench/results/overhead-i16.md).
+python3 - "${libs[@]:1}" <<'PY'
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    while os.read(fd, 1 << 20):
+        pass
+    os.close(fd)
+PY
+
 # One run: seconds for SPAWNS execs of /bin/true; $2: children (preload in the loop's
 # command only), shell (the shell itself preloaded as well) or bash (the same in bash).
 run() {

@@ -98,10 +98,20 @@ def run(b):
         faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults0
         return dict(seconds=secs, per_exec=secs / execs * 1e6, faults=faults / execs)
 
+    # Every library's file cached the same way first, evicted and read whole: how a file
+    # came into the page cache moves what mapping it costs an exec (the linker's output, or
+    # a file faulted in page by page, 13-20 us more than the same bytes read whole, as an
+    # installed copy is; bench/results/overhead-i16.md).
+    libs = [c.preload for c in spawn_conts + [nocache] if c.preload]
+    for lib in libs:
+        evict(lib)
+    warm(libs)
     # A round's loops take 0.35 s each, and the machine's speed drifts by more than 2% from
     # one round to the next (rounds of one contender range over 15%): 31 rounds, so that
-    # the median resolves the 1.02x bound.
-    b.interleave(list(spawns), spawn_conts, b.size(31, 3), spawn)
+    # the median resolves the 1.02x bound. DAMON paused: its pageout would take the
+    # libraries' pages between two spawns.
+    with DamonPaused():
+        b.interleave(list(spawns), spawn_conts, b.size(31, 3), spawn)
     # nocache's constructor costs about 20 ms an exec: a reference, run 3 times.
     b.interleave(list(spawns), [nocache], b.size(3, 1), spawn)
     b.table(f"Start-up: a shell spawning /bin/true {execs} times, against an empty preload library, interleaved",
@@ -111,7 +121,9 @@ def run(b):
             note="The empty library (one function, no constructor, built by the suite) is the floor any preload "
                  "pays; `no shim` runs the loop without LD_PRELOAD. Children only: `LD_PRELOAD=lib /bin/true` in "
                  "the loop; shell too: the shell preloaded as well. nocache (3 runs) was run after the others. "
-                 "Page faults per exec: the loop's minor faults (getrusage), the shell's included, over the execs.")
+                 "Page faults per exec: the loop's minor faults (getrusage), the shell's included, over the execs. "
+                 "Each library's file was evicted and read whole before the rounds (cached the same way), and "
+                 "DAMON's pageout paused while they ran.")
 
     cases = {
         f"sequential cached 4 KiB preads x{ops}": [loop, "sequential", str(f), "--ops", str(ops)],
