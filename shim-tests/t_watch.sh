@@ -217,6 +217,17 @@ if command -v rclone >/dev/null; then
     check "rclone copy: output cached after $dst_after MiB <= $AFTER" [ "$dst_after" -le $AFTER ]
     check "rclone copy: output identical" [ "$(sha256sum <"$d/dst/big")" = "$want" ]
     rm -rf "$d/dst"
+    # Through a shell script that runs it, as a cron job's would: the shell is preloaded,
+    # rclone (a child of it, found in /proc) watched.
+    printf '#!/bin/sh\nrclone copy -q "$1" "$2"\n' >"$d/copy.sh"; chmod +x "$d/copy.sh"
+    evict "$BIG"
+    { peak=$(cache_peak "$LAUNCHER" -- "$d/copy.sh" "$d/src" "$d/dst" 3>&1); } 2>&1
+    rc=$?
+    after=$(cached_mib "$BIG")
+    dst_after=$(cached_mib "$d/dst/big")
+    check "rclone via copy.sh: status $rc, peak $peak MiB <= $LIMIT, source $after and output $dst_after MiB cached after (<= $AFTER), output identical" \
+        '[ "$rc" = 0 ] && [ "$peak" -le $LIMIT ] && [ "$after" -le $AFTER ] && [ "$dst_after" -le $AFTER ] && [ "$(sha256sum <"$d/dst/big")" = "$want" ]'
+    rm -rf "$d/dst"
 else
     skip "rclone: not installed"
 fi
