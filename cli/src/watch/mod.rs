@@ -85,7 +85,12 @@ impl Watcher {
                 lib_name: o.lib_name,
                 watch_all: o.watch_all,
                 min_size: o.min_size,
-                params: Params::new(o.window.max(MIN_WINDOW)).with_extra_lookahead(EXTRA_LOOKAHEAD),
+                // One window under writeback: the watcher's settles are polled, never
+                // waited on (the writer can't be made to wait from outside), so a second
+                // one only kept a window more cached.
+                params: Params::new(o.window.max(MIN_WINDOW))
+                    .with_extra_lookahead(EXTRA_LOOKAHEAD)
+                    .with_writeback_windows(1),
             },
             verbose: o.verbose,
             procs: Vec::new(),

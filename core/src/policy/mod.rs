@@ -46,6 +46,9 @@ pub struct Params {
     /// Proof reach beyond `READAHEAD_REACH`: a mapping is sampled every few milliseconds,
     /// and a fast scan with the kernel's fault readahead must not get ahead of its proof.
     pub extra_lookahead: u64,
+    /// Windows of a write stream under writeback before the oldest is settled (see
+    /// `WriteStream::wrote`): `WRITEBACK_WINDOWS`, or 1 where a settle is only polled.
+    pub writeback_windows: u64,
 }
 
 impl Params {
@@ -55,6 +58,15 @@ impl Params {
             window: window.max(1).next_multiple_of(DROP_ALIGN),
             prefetch: 0,
             extra_lookahead: 0,
+            writeback_windows: WRITEBACK_WINDOWS,
+        }
+    }
+
+    /// At least 1: the window whose writeback was just started is never settled with it.
+    pub fn with_writeback_windows(self, windows: u64) -> Params {
+        Params {
+            writeback_windows: windows.max(1),
+            ..self
         }
     }
 

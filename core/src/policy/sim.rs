@@ -8,6 +8,7 @@ pub const P: Params = Params {
     window: 8 * MIB,
     prefetch: 0,
     extra_lookahead: 0,
+    writeback_windows: WRITEBACK_WINDOWS,
 };
 
 /// A model of the page cache for traces: which 4 KiB pages are resident.

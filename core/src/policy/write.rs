@@ -5,7 +5,8 @@ use super::Params;
 use super::range::{PAGE, PROOF_BLOCK, PROOF_RING, Proof, Range, align_down};
 use crate::units::MIB;
 
-/// Windows of a write stream under writeback at once (see `WriteStream::wrote`).
+/// Windows of a write stream under writeback at once (see `WriteStream::wrote`), where a
+/// settle may make the writer wait (the preload's default, `Params::writeback_windows`).
 pub const WRITEBACK_WINDOWS: u64 = 2;
 
 /// What to do after a write.
@@ -75,11 +76,11 @@ impl WriteStream {
         let boundary = align_down(self.next, p.window);
         if boundary >= self.written_back_to.saturating_add(p.window) {
             act.start_writeback = Some(Range::new(self.written_back_to, boundary));
-            // Keep WRITEBACK_WINDOWS windows under writeback before waiting on the oldest:
+            // Keep `writeback_windows` windows under writeback before waiting on the oldest:
             // the disk stays busy while the program writes the next one.
             let settle_to = self
                 .written_back_to
-                .saturating_sub((WRITEBACK_WINDOWS - 1) * p.window);
+                .saturating_sub((p.writeback_windows.max(1) - 1) * p.window);
             if settle_to > self.dropped_to {
                 act.settle = Some(Range::new(self.dropped_to, settle_to));
                 self.dropped_to = settle_to;
@@ -201,6 +202,24 @@ mod tests {
             "peak {} MiB",
             run.peak_resident * PAGE / MIB
         );
+        assert_eq!(cache.resident(Range::new(0, 64 * MIB)), 0);
+    }
+
+    /// The watcher only polls its settles (nothing waits on them), so a second window under
+    /// writeback buys the disk nothing there: with one, a window less stays cached.
+    #[test]
+    fn with_one_window_under_writeback_one_window_less_stays() {
+        let p = P.with_writeback_windows(1);
+        let mut cache = WriteCache::new(64 * MIB);
+        let run = run_writes(&mut cache, &copy_trace(), &p, MIB);
+        let bound = 2 * p.window + 2 * MIB;
+        assert!(
+            run.peak_resident * PAGE <= bound,
+            "peak {} MiB",
+            run.peak_resident * PAGE / MIB
+        );
+        assert_eq!(run.settled_unclean, 0);
+        assert_eq!(run.dirty_dropped, 0);
         assert_eq!(cache.resident(Range::new(0, 64 * MIB)), 0);
     }
 

@@ -126,6 +126,7 @@ static SLOTS: [MapSlot; MAPS] = [const {
                 window: 0,
                 prefetch: 0,
                 extra_lookahead: 0,
+                writeback_windows: crate::policy::WRITEBACK_WINDOWS,
             },
             chunk: 0,
             pageout: false,
