@@ -237,9 +237,16 @@ if command -v fio >/dev/null; then
     fio --name=w --ioengine=io_uring --size=1M --output=/dev/null --rw=read --filename="$d/warm.fio"
     rm -f "$d/warm.fio"
     evict "$BIG"
-    { peak=$(cache_peak "$LAUNCHER" -- fio --name=r --ioengine=io_uring --bs=1M --size="${SIZE}M" \
-        --output=/dev/null --rw=read --filename="$BIG" 3>&1); } 2>&1
+    { peak=$(cache_peak "$LAUNCHER" --stats="$d/fio.stats" -- fio --name=r --ioengine=io_uring --bs=1M \
+        --size="${SIZE}M" --output=/dev/null --rw=read --filename="$BIG" 3>&1); } 2>&1
     after=$(cached_mib "$BIG")
+    # What fio read before the watcher first saw its file can't be proven and stays: the
+    # report says how much (io_uring reads move no position, so it is what was cached then).
+    at_sight=$(awk '/cached at first sight/ { v = $5; m = 1 / 1048576
+        if (v ~ /K$/) m = 1 / 1024; else if (v ~ /M$/) m = 1; else if (v ~ /G$/) m = 1024
+        sub(/[KMG]$/, "", v); printf "%d\n", v * m + 0.999; exit }' "$d/fio.stats" 2>/dev/null)
+    check "fio io_uring read: what stays ($after MiB) is what the report says was cached at first sight (${at_sight:-no} MiB), within 2 MiB" \
+        '[ -n "$at_sight" ] && [ "$after" -le $((at_sight + 2)) ]'
     # The issue asks for 96 MiB (fio's libraries are cached already, so this is the
     # stream's). At over 1 GB/s a 10 ms look can leave more behind (see README): a run over
     # it is reported as a skip with the figures (issue 15 is open), never as a pass.

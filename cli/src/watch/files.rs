@@ -74,6 +74,9 @@ pub struct Tracked {
     supers: Vec<Option<CacheStat>>,
     last_whole: CacheStat,
     first_whole: u64,
+    /// Pages cached at first sight (cachestat of the whole file): for a file followed by
+    /// growth, what is left alone unproven (its position tells nothing of what was read).
+    seen_cached: u64,
     pub shared_checked: Option<Instant>,
     settles: Vec<Settle>,
     /// In a process the preload covers: a file whose position moves is the preload's.
@@ -135,6 +138,7 @@ impl Tracked {
             supers: Vec::new(),
             last_whole: CacheStat::default(),
             first_whole,
+            seen_cached: first_whole,
             shared_checked: None,
             settles: Vec::new(),
             grew_rounds: 0,
@@ -464,6 +468,9 @@ impl Tracked {
         if !self.counted_read {
             self.counted_read = true;
             cx.c.growth_files += 1;
+            if !self.born {
+                cx.c.cached_at_sight += self.seen_cached * 4096;
+            }
         }
         self.last_whole = whole;
         let size = self.current_size();
