@@ -26,6 +26,13 @@ use std::time::{Duration, Instant};
 
 /// How often the watched processes' fds are looked at.
 const INTERVAL_MS: i32 = 10;
+/// While a process is young (watched for less than `YOUNG`), its fds are looked at every
+/// YOUNG_INTERVAL_MS: a program opens its files and reads them at once, and what it reads
+/// before the first look can't be proven (fio at full speed: 2-30 MiB of a file at 10 ms).
+/// Growth sampling keeps its own pace (every INTERVAL_MS), so the growth policy's rounds
+/// mean what they did.
+const YOUNG_INTERVAL_MS: i32 = 2;
+const YOUNG: Duration = Duration::from_millis(150);
 /// New children of watched processes are looked for every round in which a process was
 /// created somewhere (the last pid given out moved), and at least every this many rounds.
 const DISCOVER_EVERY: u64 = 50;
@@ -76,6 +83,10 @@ struct Watcher {
     me: i32,
     started: Instant,
     rounds: u64,
+    /// Until when a process added lately is young (see YOUNG_INTERVAL_MS).
+    young_until: Instant,
+    /// The last growth round (every INTERVAL_MS, whatever the looks' pace).
+    grown_at: Instant,
 }
 
 impl Watcher {
@@ -109,6 +120,17 @@ impl Watcher {
             me: dropbehind_sys::proc::pid(),
             started: Instant::now(),
             rounds: 0,
+            young_until: Instant::now(),
+            grown_at: Instant::now(),
+        }
+    }
+
+    /// The wait before the next round.
+    fn interval_ms(&self) -> i32 {
+        if Instant::now() < self.young_until {
+            YOUNG_INTERVAL_MS
+        } else {
+            INTERVAL_MS
         }
     }
 
@@ -120,6 +142,7 @@ impl Watcher {
             return Err(Errno(libc::EADDRINUSE));
         }
         let mut p = Proc::attach(pid, &self.set)?;
+        self.young_until = Instant::now() + YOUNG;
         p.tell(self.verbose);
         self.procs.push(p);
         Ok(())
@@ -223,6 +246,11 @@ impl Watcher {
                 self.retire(p);
             }
         }
+        // Growth and lingering files every INTERVAL_MS (a round's pace while none is young).
+        if self.grown_at.elapsed() < Duration::from_millis(INTERVAL_MS as u64 - 1) {
+            return;
+        }
+        self.grown_at = Instant::now();
         let tree: HashSet<i32> = self.procs.iter().map(|p| p.pid).collect();
         let me = self.me;
         let mut others = |dev: u64, ino: u64| open_elsewhere(dev, ino, &tree, me);
@@ -363,7 +391,7 @@ fn signal_fd() -> Option<OwnFd> {
 /// Waits a round's interval, or less when a signal comes or `extra` (the child's pidfd)
 /// polls readable. Returns which of the two are readable: asking them again would cost a
 /// syscall each round.
-fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>) -> (bool, bool) {
+fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>, ms: i32) -> (bool, bool) {
     let mut fds = [None, None];
     let mut polled = Vec::with_capacity(2);
     for (i, f) in [sfd.as_ref(), extra].into_iter().enumerate() {
@@ -376,7 +404,7 @@ fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>) -> (bool, bool) {
             });
         }
     }
-    if pidfd::poll(&mut polled, INTERVAL_MS).is_err() {
+    if pidfd::poll(&mut polled, ms).is_err() {
         // Can't tell: both asked directly.
         return (true, true);
     }
@@ -410,7 +438,7 @@ pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> Exi
         eprintln!("dropbehind: pid {pid}: not watched: {}", procs::refusal(e));
     }
     loop {
-        let (signalled, child_ready) = wait_round(&sfd, child_fd.as_ref());
+        let (signalled, child_ready) = wait_round(&sfd, child_fd.as_ref(), w.interval_ms());
         if let Some(s) = &sfd
             && signalled
         {
@@ -475,7 +503,7 @@ pub fn attach(pids: &[i32], o: &Options) -> ExitCode {
     }
     let mut detached = false;
     loop {
-        let (signalled, _) = wait_round(&sfd, None);
+        let (signalled, _) = wait_round(&sfd, None, w.interval_ms());
         if let Some(s) = &sfd
             && signalled
             && signal::read(s).is_some()
