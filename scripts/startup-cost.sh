@@ -67,6 +67,7 @@ python3 - "${libs[@]:1}" <<'PY'
 import os, sys
 for p in sys.argv[1:]:
     fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)  # DONTNEED leaves dirty pages: a library just built is
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     while os.read(fd, 1 << 20):
         pass

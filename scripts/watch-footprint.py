@@ -97,20 +97,23 @@ def main():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
-    sfd = os.open(source, os.O_RDONLY)
     rows = []
     t0 = time.monotonic()
     p = subprocess.Popen(cmd)
     while p.poll() is None:
         pos = reader_pos(source, os.getpid())
         if pos:
+            # Opened for the moment only: a file held open outside the watched tree is not
+            # taken as the program's when it grows (the watcher's rule), which would skew
+            # what this measures.
+            sfd = os.open(source, os.O_RDONLY)
             behind, ahead = cachestat(sfd, 0, pos), cachestat(sfd, pos, 0)
+            os.close(sfd)
             d = dest_stat(a.dest) if a.dest else [0, 0, 0]
             if behind and ahead:
                 rows.append((time.monotonic() - t0, pos / MIB, behind.cache * 4096 / MIB,
                              ahead.cache * 4096 / MIB, *d))
         time.sleep(a.every / 1000)
-    os.close(sfd)
     if a.out:
         with open(a.out, "w") as f:
             for r in rows:

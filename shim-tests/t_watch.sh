@@ -242,14 +242,17 @@ if command -v fio >/dev/null; then
     after=$(cached_mib "$BIG")
     # What fio read before the watcher first saw its file can't be proven and stays: the
     # report says how much (io_uring reads move no position, so it is what was cached then).
-    at_sight=$(awk '/cached at first sight/ { v = $5; m = 1 / 1048576
+    # (Summed over the report's processes: fio's parent and its job are both watched.)
+    at_sight=$(awk '/cached at first sight/ { v = $5; m = 1 / 1048576; n++
         if (v ~ /K$/) m = 1 / 1024; else if (v ~ /M$/) m = 1; else if (v ~ /G$/) m = 1024
-        sub(/[KMG]$/, "", v); printf "%d\n", v * m + 0.999; exit }' "$d/fio.stats" 2>/dev/null)
-    check "fio io_uring read: what stays ($after MiB) is what the report says was cached at first sight (${at_sight:-no} MiB), within 2 MiB" \
+        sub(/[KMG]$/, "", v); t += v * m }
+        END { if (n) printf "%d\n", t + 0.999 }' "$d/fio.stats" 2>/dev/null)
+    check "fio io_uring read: what stays ($after MiB) is at most what the report says was cached at first sight (${at_sight:-no} MiB), 2 MiB more" \
         '[ -n "$at_sight" ] && [ "$after" -le $((at_sight + 2)) ]'
     # The issue asks for 96 MiB (fio's libraries are cached already, so this is the
-    # stream's). At over 1 GB/s a 10 ms look can leave more behind (see README): a run over
-    # it is reported as a skip with the figures (issue 15 is open), never as a pass.
+    # stream's). At over 1 GB/s the looks (every 2 ms while fio is young, 10 ms after) can
+    # leave more behind (see README): a run over it is reported as a skip with the figures
+    # (issue 15 is open), never as a pass.
     if [ "$peak" -le $LIMIT ] && [ "$after" -le $AFTER ]; then
         ok "fio io_uring read: peak page cache $peak MiB <= $LIMIT, $after MiB cached after"
     else

@@ -48,9 +48,10 @@ def warm(paths):
 
 
 def evict(path):
-    """Drops a file's clean cached pages (what a warm-up brought in)."""
+    """Drops a file's cached pages (written back first: DONTNEED leaves dirty ones)."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
@@ -102,15 +103,15 @@ def run(b):
     # came into the page cache moves what mapping it costs an exec (the linker's output, or
     # a file faulted in page by page, 13-20 us more than the same bytes read whole, as an
     # installed copy is; bench/results/overhead-i16.md).
-    libs = [c.preload for c in spawn_conts + [nocache] if c.preload]
-    for lib in libs:
-        evict(lib)
-    warm(libs)
     # A round's loops take 0.35 s each, and the machine's speed drifts by more than 2% from
     # one round to the next (rounds of one contender range over 15%): 31 rounds, so that
-    # the median resolves the 1.02x bound. DAMON paused: its pageout would take the
+    # the median resolves the 1.02x bound. DAMON paused first: its pageout would take the
     # libraries' pages between two spawns.
     with DamonPaused():
+        libs = [c.preload for c in spawn_conts + [nocache] if c.preload]
+        for lib in libs:
+            evict(lib)
+        warm(libs)
         b.interleave(list(spawns), spawn_conts, b.size(31, 3), spawn)
     # nocache's constructor costs about 20 ms an exec: a reference, run 3 times.
     b.interleave(list(spawns), [nocache], b.size(3, 1), spawn)

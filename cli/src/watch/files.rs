@@ -107,6 +107,10 @@ pub struct Ctx<'a> {
     pub params: &'a Params,
     pub min_size: u64,
     pub c: &'a mut Counters,
+    /// A round at the watcher's usual pace: round-counted decisions (a file taken for growth
+    /// after GROWTH_ROUNDS, still after STILL_ROUNDS) advance only then, not at a young
+    /// process's quick looks.
+    pub paced: bool,
 }
 
 impl Tracked {
@@ -257,9 +261,22 @@ impl Tracked {
             return;
         }
         match self.follow {
-            Follow::Unknown | Follow::Pos | Follow::Growth if pos != self.last_pos => {
+            Follow::Unknown | Follow::Pos | Follow::Growth | Follow::Shared
+                if pos != self.last_pos =>
+            {
                 // A position that moves is followed (a file taken for growth too early,
-                // when a read's readahead came before its position moved, included).
+                // when a read's readahead came before its position moved, included, and
+                // one found open elsewhere then: a position is the program's own, and its
+                // streams' proof needs no one else to keep away).
+                if self.follow == Follow::Growth && self.counted_read {
+                    // Counted as a file followed by growth: it is a read stream after all.
+                    self.counted_read = false;
+                    cx.c.growth_files = cx.c.growth_files.saturating_sub(1);
+                    if !self.born {
+                        cx.c.cached_at_sight =
+                            cx.c.cached_at_sight.saturating_sub(self.seen_cached * 4096);
+                    }
+                }
                 self.follow = Follow::Pos;
                 self.moved(pos, cx);
             }
@@ -279,7 +296,7 @@ impl Tracked {
                     }
                 }
             }
-            Follow::Unknown => {
+            Follow::Unknown if cx.paced => {
                 // No position moved: has the cache grown? A file long still (a log held
                 // open, an idle output) is asked every STILL_EVERY rounds: cachestat walks
                 // all its cached pages.
@@ -303,7 +320,7 @@ impl Tracked {
                     _ => {}
                 }
             }
-            Follow::Growth | Follow::Shared | Follow::Preload => {}
+            Follow::Unknown | Follow::Growth | Follow::Shared | Follow::Preload => {}
         }
         self.poll_settles(cx, false);
     }

@@ -26,13 +26,15 @@ use std::time::{Duration, Instant};
 
 /// How often the watched processes' fds are looked at.
 const INTERVAL_MS: i32 = 10;
-/// While a process is young (watched for less than `YOUNG`), its fds are looked at every
-/// YOUNG_INTERVAL_MS: a program opens its files and reads them at once, and what it reads
-/// before the first look can't be proven (fio at full speed: 2-30 MiB of a file at 10 ms).
-/// Growth sampling keeps its own pace (every INTERVAL_MS), so the growth policy's rounds
-/// mean what they did.
+/// While a process is young (found or exec'd less than `YOUNG` ago), its fds are looked at
+/// every YOUNG_INTERVAL_MS: a program opens its files and reads them at once, and what it
+/// reads before the first look can't be proven (fio at full speed: 2-30 MiB of a file at
+/// 10 ms). Only young processes get the quick looks; every other part of a round (the
+/// others' looks, growth sampling, lingering files, round-counted decisions) keeps the
+/// INTERVAL_MS pace.
 const YOUNG_INTERVAL_MS: i32 = 2;
-const YOUNG: Duration = Duration::from_millis(150);
+/// A process is young this long after the watcher found it or saw it exec.
+pub const YOUNG: Duration = Duration::from_millis(150);
 /// New children of watched processes are looked for every round in which a process was
 /// created somewhere (the last pid given out moved), and at least every this many rounds.
 const DISCOVER_EVERY: u64 = 50;
@@ -83,10 +85,8 @@ struct Watcher {
     me: i32,
     started: Instant,
     rounds: u64,
-    /// Until when a process added lately is young (see YOUNG_INTERVAL_MS).
-    young_until: Instant,
-    /// The last growth round (every INTERVAL_MS, whatever the looks' pace).
-    grown_at: Instant,
+    /// The last round at the INTERVAL_MS pace (see YOUNG_INTERVAL_MS).
+    paced_at: Instant,
 }
 
 impl Watcher {
@@ -120,14 +120,14 @@ impl Watcher {
             me: dropbehind_sys::proc::pid(),
             started: Instant::now(),
             rounds: 0,
-            young_until: Instant::now(),
-            grown_at: Instant::now(),
+            paced_at: Instant::now(),
         }
     }
 
-    /// The wait before the next round.
+    /// The wait before the next round: short while a process is young.
     fn interval_ms(&self) -> i32 {
-        if Instant::now() < self.young_until {
+        let now = Instant::now();
+        if self.procs.iter().any(|p| p.young(now)) {
             YOUNG_INTERVAL_MS
         } else {
             INTERVAL_MS
@@ -142,7 +142,6 @@ impl Watcher {
             return Err(Errno(libc::EADDRINUSE));
         }
         let mut p = Proc::attach(pid, &self.set)?;
-        self.young_until = Instant::now() + YOUNG;
         p.tell(self.verbose);
         self.procs.push(p);
         Ok(())
@@ -225,17 +224,32 @@ impl Watcher {
 
     /// One round over every watched process.
     fn round(&mut self) {
-        // Listing /proc is most of a round's cost: new children are looked for every
+        // A round at the INTERVAL_MS pace, or, in between, quick looks at young processes.
+        let now = Instant::now();
+        let paced =
+            now.duration_since(self.paced_at) >= Duration::from_millis(INTERVAL_MS as u64 - 1);
+        if paced {
+            self.paced_at = now;
+            self.rounds += 1;
+        }
+        // Listing /proc is most of a round's cost: new children are looked for when a pid
+        // was given out since (a young process's first child too), and every
         // DISCOVER_EVERY rounds.
-        self.rounds += 1;
         let last = self.last_pid.as_ref().and_then(|l| l.read());
-        if last.is_none() || last != self.last_pid_seen || self.rounds % DISCOVER_EVERY == 1 {
+        if last.is_none()
+            || last != self.last_pid_seen
+            || paced && self.rounds % DISCOVER_EVERY == 1
+        {
             self.last_pid_seen = last;
             self.discover(last);
         }
         let mut i = 0;
         while i < self.procs.len() {
-            let alive = self.procs[i].round(&self.set);
+            if !paced && !self.procs[i].young(now) {
+                i += 1;
+                continue;
+            }
+            let alive = self.procs[i].round(&self.set, paced);
             self.lingering.append(&mut self.procs[i].lingering);
             if alive {
                 self.procs[i].tell(self.verbose);
@@ -246,11 +260,9 @@ impl Watcher {
                 self.retire(p);
             }
         }
-        // Growth and lingering files every INTERVAL_MS (a round's pace while none is young).
-        if self.grown_at.elapsed() < Duration::from_millis(INTERVAL_MS as u64 - 1) {
+        if !paced {
             return;
         }
-        self.grown_at = Instant::now();
         let tree: HashSet<i32> = self.procs.iter().map(|p| p.pid).collect();
         let me = self.me;
         let mut others = |dev: u64, ino: u64| open_elsewhere(dev, ino, &tree, me);
@@ -282,6 +294,7 @@ impl Watcher {
             params: &self.set.params,
             min_size: self.set.min_size,
             c: &mut late,
+            paced: true,
         };
         self.lingering.retain_mut(|f| !f.linger(&mut cx));
         self.late = late;

@@ -3,6 +3,7 @@
 //! claimed (two watchers never act on one process), and its descendants found by their
 //! parent pid in /proc.
 
+use super::YOUNG;
 use super::files::{Ctx, Follow, SCRATCH_SLACK, Tracked};
 use super::report::Counters;
 use dropbehind_sys::Errno;
@@ -10,6 +11,7 @@ use dropbehind_sys::file::OwnFd;
 use dropbehind_sys::procfd::{self, FdInfo, FdInfoFile, ProcDir};
 use dropbehind_sys::{claim, pidfd};
 use std::collections::HashMap;
+use std::time::Instant;
 
 /// How a process is handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +98,9 @@ pub struct Proc {
     /// exec that has just returned to the launcher may not have set up the new program's
     /// environment and maps yet).
     rounds: u32,
+    /// Until when the process is young: found, or exec'd, less than `YOUNG` ago (looked at
+    /// every YOUNG_INTERVAL_MS, see the watcher's `round`).
+    pub young_until: Instant,
     /// Files the program closed whose settles are still pending: the watcher takes them.
     pub lingering: Vec<Tracked>,
 }
@@ -157,6 +162,7 @@ impl Proc {
             infos: Vec::new(),
             told: false,
             rounds: 0,
+            young_until: Instant::now() + YOUNG,
             lingering: Vec::new(),
         };
         p.classify(set);
@@ -222,6 +228,7 @@ impl Proc {
                 params: &set.params,
                 min_size: set.min_size,
                 c: &mut c,
+                paced: true,
             };
             f(self, &mut cx)
         };
@@ -230,8 +237,17 @@ impl Proc {
     }
 
     /// One round: the process's fds now. False once the process is gone.
-    pub fn round(&mut self, set: &Settings) -> bool {
-        self.with_cx(set, |p, cx| p.round_in(set, cx))
+    /// `paced`: a round at the INTERVAL_MS pace (not one of a young process's quick looks
+    /// in between), in which round-counted decisions may advance.
+    pub fn round(&mut self, set: &Settings, paced: bool) -> bool {
+        self.with_cx(set, |p, cx| {
+            cx.paced = paced;
+            p.round_in(set, cx)
+        })
+    }
+
+    pub fn young(&self, now: Instant) -> bool {
+        now < self.young_until
     }
 
     fn round_in(&mut self, set: &Settings, cx: &mut Ctx) -> bool {
@@ -240,11 +256,16 @@ impl Proc {
             self.scratch = fds;
             return false;
         }
-        self.rounds = self.rounds.saturating_add(1);
+        // Counted at the usual pace only: the first rounds' second looks wait for an exec
+        // to set up its maps, which a young process's quick looks would not.
+        if cx.paced {
+            self.rounds = self.rounds.saturating_add(1);
+        }
         // An exec since the last round: another program, with new rules. It closes the
         // close-on-exec fds, so it is looked for when the fds changed, and every
         // EXEC_CHECK_EVERY rounds for an exec that kept them all.
-        if fds != self.last_fds || self.rounds <= 2 || self.rounds.is_multiple_of(EXEC_CHECK_EVERY)
+        let first = cx.paced && self.rounds <= 2;
+        if fds != self.last_fds || first || cx.paced && self.rounds.is_multiple_of(EXEC_CHECK_EVERY)
         {
             let exe = exe_id(&self.dir);
             if exe.is_some() && exe != self.exe {
@@ -252,7 +273,8 @@ impl Proc {
                 self.classify(set);
                 self.told = false;
                 self.rounds = 1;
-            } else if self.rounds <= 2 {
+                self.young_until = Instant::now() + YOUNG;
+            } else if first {
                 let was = self.cover;
                 self.classify(set);
                 if self.cover != was {
@@ -442,7 +464,7 @@ impl Proc {
                     .shared_checked
                     .is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(2));
                 if due {
-                    file.shared_checked = Some(std::time::Instant::now());
+                    file.shared_checked = Some(Instant::now());
                     let shared = others(file.id.dev, file.id.ino);
                     if shared && file.follow == Follow::Growth {
                         cx.c.shared_files += 1;
