@@ -129,6 +129,18 @@ restic_backup() {
     rc=$?
     after=$(cached_kib "$BIG")
     src_after=$(((after - before) / 1024))
+    # The file's last 8 MiB: read after the watcher's last look at the reader's position,
+    # they go at close (the proof says they were the stream's).
+    tail_kib=$(python3 - "$BIG" <<'PY'
+import ctypes, os, sys
+class CS(ctypes.Structure): _fields_ = [(n, ctypes.c_uint64) for n in "c d w e r".split()]
+class R(ctypes.Structure): _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+fd = os.open(sys.argv[1], os.O_RDONLY)
+r, c = R(os.fstat(fd).st_size - (8 << 20), 8 << 20), CS()
+ctypes.CDLL(None).syscall(451, fd, ctypes.byref(r), ctypes.byref(c), 0)
+print(c.c * 4)
+PY
+)
     mapfile -t packs < <(find "$repo/data" -type f)
     out_after=$(cached_mib "${packs[@]}")
 }
@@ -147,6 +159,7 @@ if command -v restic >/dev/null; then
             check "restic backup: peak page cache $peak MiB <= $LIMIT" [ "$peak" -le $LIMIT ]
             check "restic backup: pages cached before survive ($after of $before KiB)" [ "$after" -ge $((before * 99 / 100)) ]
             check "restic backup: source cached after, beyond those, $src_after MiB <= $AFTER" [ "$src_after" -le $AFTER ]
+            check "restic backup: nothing of the source's last 8 MiB left cached ($tail_kib KiB)" [ "$tail_kib" = 0 ]
             check "restic backup: repository cached after $out_after MiB <= $AFTER" [ "$out_after" -le $AFTER ]
             check "restic check --read-data passes" restic -r "$repo" check -q --read-data
         else

@@ -374,9 +374,13 @@ impl Tracked {
         if writing != self.writing {
             if self.writing {
                 self.finish_write(cx);
-            } else if let Some(r) = self.read.finish() {
-                let runs = self.owned(&self.read.proof, r);
-                self.drop_runs(&runs, cx);
+            } else {
+                // `finish` starts the stream over, its proof with it.
+                let proof = self.read.proof;
+                if let Some(r) = self.read.finish() {
+                    let runs = self.owned(&proof, r);
+                    self.drop_runs(&runs, cx);
+                }
             }
             self.writing = writing;
         }
@@ -546,8 +550,15 @@ impl Tracked {
         }
         match self.follow {
             Follow::Pos => {
+                // `finish` starts the stream over, its proof with it (the drop at close
+                // found nothing owned, and a reader's last stretch stayed cached).
+                let proof = self.read.proof;
                 if let Some(r) = self.read.finish() {
-                    let runs = self.owned(&self.read.proof, r);
+                    // The program is done with the file: what it read since the last look,
+                    // and the readahead past it, were its stream's too, as far as the proof
+                    // reaches.
+                    let r = Range::new(r.start, r.end.max(proof.proven_to()));
+                    let runs = self.owned(&proof, r);
                     self.drop_runs(&runs, cx);
                 }
                 self.finish_write(cx);

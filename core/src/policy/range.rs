@@ -58,6 +58,11 @@ pub struct Proof {
 }
 
 impl Proof {
+    /// Where the proven blocks end (bytes): nothing at or beyond is owned.
+    pub fn proven_to(&self) -> u64 {
+        self.hi * PROOF_BLOCK
+    }
+
     pub const fn new() -> Proof {
         Proof {
             ring: [0; PROOF_RING as usize],
