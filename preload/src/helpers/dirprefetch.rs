@@ -90,6 +90,11 @@ const XFS_FAST_DEVICE_THREADS: usize = 2;
 /// listing 100k aged entries took 0.8-1 s on the slow disk).
 struct Job {
     fd: OwnFd,
+    /// Whether helpers lower their priority (see `yield_cpu_to_program`). Decided in the
+    /// program's opendir: the seccomp check reads /proc/thread-self/status, and that open,
+    /// made from a helper thread, held the lowest free fd number for a moment (t_dir.sh
+    /// saw a program's opens get [3, 5, 4] instead of [3, 4, 5]).
+    nice: bool,
     /// fds of our own for the listers and probes, opened in the program's opendir: opened
     /// from a helper thread, an fd would hold the lowest free number for a moment, and a
     /// program opening a file just then would get another number than without the shim.
@@ -366,6 +371,7 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         .then(|| sys::procfd::FdInfoFile::open_own(dirfd).ok())
         .flatten();
     let job = Arc::new(Job {
+        nice: kind != XFS_SUPER_MAGIC && !sys::proc::seccomp_filtered(),
         kind,
         spare_fds: Mutex::new(spare_fds),
         fd,
@@ -433,7 +439,7 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
         // Whatever goes wrong in here, the listing is declared done (the other workers
         // would wait for it) and the thread is counted out.
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            yield_cpu_to_program(job.kind);
+            yield_cpu_to_program(job.nice);
             if leader {
                 for _ in 1..threads {
                     if job.stopped() || !spawn(job.clone(), threads, false) {
@@ -468,8 +474,9 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
 /// from one waiter to the next, and a low-priority helper woken to take it holds up every
 /// lookup behind it, the program's too (5.5 -> 6.4 s). Not under a seccomp filter either: a
 /// service hardened against `setpriority` (systemd's `~@resources`) would be killed for it.
-fn yield_cpu_to_program(kind: i64) {
-    if kind != XFS_SUPER_MAGIC && !sys::proc::seccomp_filtered() {
+/// `nice`: neither (`Job::nice`, decided on the program's thread).
+fn yield_cpu_to_program(nice: bool) {
+    if nice {
         let _ = sys::thread::set_own_nice(19);
     }
 }
@@ -753,14 +760,14 @@ fn list_ranges(
     ranges: Vec<(u64, u64)>,
     out: &(dyn Fn(u64, Vec<(u64, CString)>) + Sync),
 ) {
-    let kind = job.kind;
+    let (kind, nice) = (job.kind, job.nice);
     std::thread::scope(|s| {
         for (start, end) in ranges {
             // A range that cannot get a thread is left out: the prefetch is best effort.
             let _ = std::thread::Builder::new()
                 .stack_size(256 * 1024)
                 .spawn_scoped(s, move || {
-                    yield_cpu_to_program(kind);
+                    yield_cpu_to_program(nice);
                     let Some(own) = job.spare_fd() else {
                         return;
                     };
