@@ -26,7 +26,11 @@ for p in sys.argv[1:]:
 # tree_cached_kib DIR: KiB of the files below DIR in the page cache (0 for none).
 tree_cached_kib() {
     [ -e "$1" ] || { echo 0; return; }
-    "$LAUNCHER" stat --json $(find "$1" -type f) | python3 -c '
+    files_cached_kib $(find "$1" -type f)
+}
+# files_cached_kib FILE...: KiB of these files in the page cache.
+files_cached_kib() {
+    "$LAUNCHER" stat --json "$@" | python3 -c '
 import json, sys; print(sum(r["cached_pages"] for r in json.load(sys.stdin)) * 4)'
 }
 # cache_peak_mib CMD...: run CMD in a fresh memory cgroup, sampling its page cache
@@ -122,6 +126,27 @@ hot_after=$(tree_cached_kib "$d/hot")
 check "hot small files: all still cached ($hot_after of $hot_before KiB)" "[ $hot_after -ge $hot_before ]"
 # No report at all means the process did nothing to any file.
 check "hot small files: the report shows none dropped" "[ ! -e '$d/hot.report' ] || grep -q 'small files dropped    0 ' '$d/hot.report'"
+
+# A compiler reading cached headers: gcc -fsyntax-only on a source that includes 30 system
+# headers (and what they include) drops none of them, and its report shows no drop.
+if have gcc; then
+    printf '#include <%s>\n' stdio.h stdlib.h string.h math.h errno.h fcntl.h unistd.h signal.h \
+        pthread.h sys/stat.h sys/types.h sys/mman.h sys/socket.h netinet/in.h arpa/inet.h netdb.h \
+        time.h ctype.h locale.h wchar.h stdint.h inttypes.h dirent.h poll.h sys/epoll.h sys/wait.h \
+        termios.h regex.h glob.h dlfcn.h >"$d/headers.c"
+    echo 'int main(void) { return 0; }' >>"$d/headers.c"
+    mapfile -t hdrs < <(gcc -M "$d/headers.c" | tr ' \\' '\n\n' | grep '\.h$' | sort -u)
+    cat "${hdrs[@]}" >/dev/null; gcc -fsyntax-only "$d/headers.c"     # cached
+    h_before=$(files_cached_kib "${hdrs[@]}")
+    DROPBEHIND_STATS="$d/gcc.report" shim gcc -fsyntax-only "$d/headers.c"
+    h_after=$(files_cached_kib "${hdrs[@]}")
+    check "gcc -fsyntax-only: its ${#hdrs[@]} cached headers all still cached ($h_after of $h_before KiB)" \
+        "[ ${#hdrs[@]} -ge 30 ] && [ $h_after -ge $h_before ]"
+    check "gcc -fsyntax-only: the report shows none dropped" \
+        "[ ! -e '$d/gcc.report' ] || ! grep -Eq 'small files dropped +[1-9]|pages released +[1-9]' '$d/gcc.report'"
+else
+    skip "gcc -fsyntax-only on cached headers: gcc missing"
+fi
 
 # The same cached files opened, read once and closed (os.open, no fstat of the program's
 # own), counted without the shim and with it: once its first files were all cached, the
