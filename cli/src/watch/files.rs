@@ -375,10 +375,8 @@ impl Tracked {
             if self.writing {
                 self.finish_write(cx);
             } else {
-                // `finish` starts the stream over, its proof with it.
-                let proof = self.read.proof;
-                if let Some(r) = self.read.finish() {
-                    let runs = self.owned(&proof, r);
+                if let Some(c) = self.read.finish() {
+                    let runs = self.owned(&c.proof, c.range);
                     self.drop_runs(&runs, cx);
                 }
             }
@@ -550,15 +548,12 @@ impl Tracked {
         }
         match self.follow {
             Follow::Pos => {
-                // `finish` starts the stream over, its proof with it (the drop at close
-                // found nothing owned, and a reader's last stretch stayed cached).
-                let proof = self.read.proof;
-                if let Some(r) = self.read.finish() {
+                if let Some(c) = self.read.finish() {
                     // The program is done with the file: what it read since the last look,
                     // and the readahead past it, were its stream's too, as far as the proof
                     // reaches.
-                    let r = Range::new(r.start, r.end.max(proof.proven_to()));
-                    let runs = self.owned(&proof, r);
+                    let r = Range::new(c.range.start, c.range.end.max(c.proof.proven_to()));
+                    let runs = self.owned(&c.proof, r);
                     self.drop_runs(&runs, cx);
                 }
                 self.finish_write(cx);

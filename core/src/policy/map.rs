@@ -3,7 +3,7 @@
 
 use super::Params;
 use super::range::Range;
-use super::read::{Pattern, ReadActions, ReadStream};
+use super::read::{Consumed, Pattern, ReadActions, ReadStream};
 use crate::units::MIB;
 
 /// Unexplained page-cache growth in a mapping, accumulated until it is worth a look: where
@@ -175,8 +175,8 @@ impl MapScan {
         false
     }
 
-    /// At munmap or exit: what the mapping brought in and no longer needs.
-    pub fn finish(&mut self) -> Option<Range> {
+    /// At munmap or exit: what the mapping brought in and no longer needs, with its proof.
+    pub fn finish(&mut self) -> Option<Consumed> {
         if self.class == MapClass::Random {
             return None;
         }
@@ -252,7 +252,7 @@ mod tests {
         // 16 of every 100 pages mapped (fault-around) in the window found.
         assert!(scan.located(256, 41, None));
         assert_eq!(scan.class, MapClass::Random);
-        assert_eq!(scan.finish(), None, "random mappings are not dropped");
+        assert!(scan.finish().is_none(), "random mappings are not dropped");
         // A later scan from the frontier gives the readahead back.
         assert!(!scan.unrandom(&MapSample {
             frontier: MIB,

@@ -332,16 +332,29 @@ impl ReadStream {
         self.next = next;
     }
 
-    /// At close: what the stream consumed and has not dropped yet; the stream is reset.
-    /// Prefetched pages not read yet were brought in by the stream too.
-    pub fn finish(&mut self) -> Option<Range> {
+    /// At close: what the stream consumed and has not dropped yet, with the proof that
+    /// says which of it the stream brought in; the stream is reset. Prefetched pages not
+    /// read yet were brought in by the stream too. The proof goes with the range because
+    /// the reset clears the stream's own: a drop made from it after `finish` would find
+    /// nothing owned.
+    pub fn finish(&mut self) -> Option<Consumed> {
         self.settle();
         let end = self.next.max(self.prefetch.to);
-        let r = (self.pattern == Pattern::Sequential && end > self.dropped_to)
-            .then(|| Range::new(self.dropped_to, end.next_multiple_of(DROP_ALIGN)));
+        let r = (self.pattern == Pattern::Sequential && end > self.dropped_to).then(|| Consumed {
+            range: Range::new(self.dropped_to, end.next_multiple_of(DROP_ALIGN)),
+            proof: self.proof,
+        });
         *self = ReadStream::new();
         r
     }
+}
+
+/// What a read stream leaves to drop at its close: `range`, of which `proof` says what the
+/// stream itself brought in.
+#[derive(Clone, Copy, Debug)]
+pub struct Consumed {
+    pub range: Range,
+    pub proof: Proof,
 }
 
 #[cfg(test)]
@@ -658,8 +671,8 @@ mod tests {
                     }
                 }
             }
-            if let Some(r) = s.finish() {
-                for run in s.proof.owned_runs(r).collect::<Vec<_>>() {
+            if let Some(c) = s.finish() {
+                for run in c.proof.owned_runs(c.range).collect::<Vec<_>>() {
                     cache.drop(run);
                 }
             }

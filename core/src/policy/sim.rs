@@ -99,8 +99,8 @@ pub fn run_reads_with(
         }
         peak = peak.max(cache.count(Range::new(0, size)));
     }
-    if let Some(r) = s.finish() {
-        for run in s.proof.owned_runs(r).collect::<Vec<_>>() {
+    if let Some(c) = s.finish() {
+        for run in c.proof.owned_runs(c.range).collect::<Vec<_>>() {
             cache.drop(run);
         }
     }

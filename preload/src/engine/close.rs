@@ -74,9 +74,8 @@ pub(super) fn finish_streams(eng: &Engine, fd: i32, f: &mut FileState) {
         f.read.next >> 20,
         f.write.next >> 20
     );
-    let proof = f.read.proof;
-    if let Some(r) = f.read.finish() {
-        drop_owned(fd, f, &proof, r);
+    if let Some(c) = f.read.finish() {
+        drop_owned(fd, f, &c.proof, c.range);
     }
     finish_write(eng, fd, f);
     super::tree::closing(eng, fd, f);

@@ -303,11 +303,10 @@ pub fn release(taken: u64, gone: bool, drop_pages: bool) {
         }
         // SAFETY: `data` is ours: this thread moved `state` to Taken (in `take`).
         let d = unsafe { &mut *s.data.get() };
-        let proof = d.scan.read.proof;
-        if let Some(r) = d.scan.finish()
+        if let Some(c) = d.scan.finish()
             && drop_pages
         {
-            drop_mapped(d, &proof, r, false);
+            drop_mapped(d, &c.proof, c.range, false);
         }
         if drop_pages {
             for run in d.recent {
@@ -334,9 +333,8 @@ pub fn at_exit() {
         }
         // SAFETY: `data` is ours: this thread moved `state` to Taken (in `take`).
         let d = unsafe { &mut *s.data.get() };
-        let proof = d.scan.read.proof;
-        if let Some(r) = d.scan.finish() {
-            drop_mapped(d, &proof, r, true);
+        if let Some(c) = d.scan.finish() {
+            drop_mapped(d, &c.proof, c.range, true);
         }
         for run in d.recent {
             if !run.is_empty() {
