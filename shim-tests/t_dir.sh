@@ -61,6 +61,15 @@ if is_root; then
     inodes=$(echo "$cold_line" | sed -n 's/.*(\([0-9]*\) inodes.*/\1/p')
     check "cold big directory: prefetched, at least $((N / 2)) of its $N inodes (${cold_line:-no report})" \
         'grep -q "directories prefetched 1 " "$d/stats_cold" && [ "${inodes:-0}" -ge $((N / 2)) ]'
+    # The helpers stat and list on fds the program's thread opened for them (see
+    # thread_fd_calls in lib.sh).
+    cold
+    if have strace; then
+        elsewhere=$(thread_fd_calls "${SHIM[@]}" ls -l "$d/aged")
+        check "cold big directory: no fd made on the shim's helper threads (${elsewhere:-none})" '[ -z "$elsewhere" ]'
+    else
+        skip "cold big directory: no fd made on the shim's helper threads: strace missing"
+    fi
 else
     skip "cold big directory prefetched: needs root (drop_caches)"
 fi

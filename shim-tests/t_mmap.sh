@@ -22,6 +22,17 @@ check "mmap scan: same bytes under the shim" [ "$want" = "$got" ]
 check "mmap scan: at most 4 MiB of 256 MiB left cached after munmap ($scan_kib KiB)" [ "$scan_kib" -le 4096 ]
 check "mmap scan: counted as one sequential mapping" grep -q "file mappings *1 *(1 sequential" "$d/s1"
 
+# Every fd the shim opens for a mapping (its reopening of the file, /proc/self/pagemap) is
+# opened on a thread of the program's, never on the mapping watcher's (see
+# thread_fd_calls). python3 itself starts no thread for this.
+if have strace; then
+    evict "$F"
+    elsewhere=$(thread_fd_calls "${SHIM[@]}" python3 -c "$scan" "$F")
+    check "mmap scan: no fd made on the shim's helper threads (${elsewhere:-none})" '[ -z "$elsewhere" ]'
+else
+    skip "mmap scan: no fd made on the shim's helper threads: strace missing"
+fi
+
 # A mapping still there at exit (no munmap) is dropped at exit.
 mapped_at_exit() {
     evict "$F"

@@ -220,6 +220,7 @@ pub fn track(m: NewMapping, params: Params) -> bool {
     slot.state.store(Owner::Active, Release);
     stats::MAPS_TRACKED.add(1);
     crate::engine::register_at_exit();
+    open_pagemap();
     start_watcher();
     true
 }
@@ -383,6 +384,22 @@ static LAST_FAULTS: AtomicU64 = AtomicU64::new(0);
 /// Ticks between checks that the program still has a thread of its own.
 const ALIVE_CHECK_TICKS: u32 = 100;
 
+/// Opens /proc/self/pagemap once, here on the program's thread: an open takes the lowest
+/// free fd number for a moment before it is moved high, and made on the watcher's thread it
+/// could hand a program thread opening a file just then another number than a run without
+/// the shim would (as 8104288 found for the directory helpers).
+fn open_pagemap() {
+    if PAGEMAP_FD.load(Relaxed) >= 0 {
+        return;
+    }
+    if let Ok(pm) = sys::proc::open_pagemap() {
+        let pm = pm.into_raw();
+        if PAGEMAP_FD.compare_exchange(-1, pm, Relaxed, Relaxed).is_err() {
+            sys::file::close_own(pm);
+        }
+    }
+}
+
 fn start_watcher() {
     if !HELPER.start(watch) {
         HELPER.wake(true);
@@ -390,17 +407,11 @@ fn start_watcher() {
 }
 
 fn watch() {
-    let pm = match PAGEMAP_FD.load(Relaxed) {
-        -1 => match sys::proc::open_pagemap() {
-            Ok(pm) => {
-                let pm = pm.into_raw();
-                PAGEMAP_FD.store(pm, Relaxed);
-                pm
-            }
-            Err(_) => return HELPER.fail(),
-        },
-        pm => pm,
-    };
+    let pm = PAGEMAP_FD.load(Relaxed);
+    if pm < 0 {
+        // `track` could not open it.
+        return HELPER.fail();
+    }
     let mut fast = false;
     let mut ticks = 0u32;
     loop {
