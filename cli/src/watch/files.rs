@@ -28,8 +28,11 @@ pub const GROWTH_KEEP_ROUNDS: u64 = 2;
 /// Drops of growth-followed files come in batches of at least this much.
 pub const GROWTH_BATCH: u64 = 8 << 20;
 const SUPER: u64 = 16 * GROWTH_BLOCK;
-/// Blocks of a file a random reader grows are sampled every this many rounds.
+/// Blocks of a file a random reader grows are sampled every this many rounds at first,
+/// twice as far apart after each look that finds the reader still random, up to
+/// RANDOM_SAMPLE_MAX: a reader that turns sequential is then seen that much later.
 const RANDOM_SAMPLE_EVERY: u32 = 10;
+const RANDOM_SAMPLE_MAX: u32 = 40;
 /// A scratch file (created in the run, deleted while open) is left alone up to this size.
 pub const SCRATCH_SLACK: u64 = 32 << 20;
 
@@ -92,6 +95,8 @@ pub struct Tracked {
     scratch_now: bool,
     /// Growth rounds skipped while the file's growth is random.
     random_skips: u32,
+    /// Rounds between looks while the growth is random (RANDOM_SAMPLE_EVERY and up).
+    random_every: u32,
 }
 
 /// Growth seen in this many rounds, the position standing still, makes a file followed by
@@ -151,6 +156,7 @@ impl Tracked {
             scratch_over: false,
             scratch_now: false,
             random_skips: 0,
+            random_every: RANDOM_SAMPLE_EVERY,
             growth_only: false,
         };
         cx.c.files += 1;
@@ -466,14 +472,17 @@ impl Tracked {
             return;
         }
         // A random reader's growth holds the drops back: the file is looked at only every
-        // RANDOM_SAMPLE_EVERY rounds, enough to tell it is still random (cachestat walks
-        // every cached page of the range: over a file with 1 GiB cached, each round's look
-        // took a fifth of a CPU from fio's random reads).
+        // `random_every` rounds, enough to tell it is still random (cachestat walks every
+        // cached page of the range: over a file with 1 GiB cached, each round's look took a
+        // fifth of a CPU from fio's random reads, and every tenth round's still a tenth).
         if !finish && self.growth.random() {
             self.random_skips += 1;
-            if self.random_skips < RANDOM_SAMPLE_EVERY {
+            if self.random_skips < self.random_every {
                 return;
             }
+            self.random_every = (self.random_every * 2).min(RANDOM_SAMPLE_MAX);
+        } else {
+            self.random_every = RANDOM_SAMPLE_EVERY;
         }
         self.random_skips = 0;
         let fd = self.fd();
