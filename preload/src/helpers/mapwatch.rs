@@ -394,7 +394,10 @@ fn open_pagemap() {
     }
     if let Ok(pm) = sys::proc::open_pagemap() {
         let pm = pm.into_raw();
-        if PAGEMAP_FD.compare_exchange(-1, pm, Relaxed, Relaxed).is_err() {
+        if PAGEMAP_FD
+            .compare_exchange(-1, pm, Relaxed, Relaxed)
+            .is_err()
+        {
             sys::file::close_own(pm);
         }
     }
