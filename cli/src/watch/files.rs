@@ -380,11 +380,9 @@ impl Tracked {
         if writing != self.writing {
             if self.writing {
                 self.finish_write(cx);
-            } else {
-                if let Some(c) = self.read.finish() {
-                    let runs = self.owned(&c.proof, c.range);
-                    self.drop_runs(&runs, cx);
-                }
+            } else if let Some(c) = self.read.finish() {
+                let runs = self.owned(&c.proof, c.range);
+                self.drop_runs(&runs, cx);
             }
             self.writing = writing;
         }
