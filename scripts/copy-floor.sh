@@ -7,9 +7,13 @@
 #   write_s  writing as many bytes alone, over blocks laid out beforehand (no allocation)
 #   both_s   both at once: the floor for any bounded copy (it still skips block allocation,
 #            so real copies come out slower)
+#   both_sync_s  both at once, then `sync`: on a virtual disk with a write cache in the host,
+#            O_DIRECT writes end in the host's memory and the sync's flush writes them out
+#            (1.1-2.3 s more for 2 GiB here); a copy timed until on disk (copy, then sync)
+#            pays that flush too, so this is the floor to hold it against
 #
 #   scripts/copy-floor.sh SRC WORKDIR     (root: drop_caches; installs fio if missing)
-# Prints one JSON line: {"bytes":N,"read_s":..,"write_s":..,"both_s":..}
+# Prints one JSON line: {"bytes":N,"read_s":..,"write_s":..,"both_s":..,"both_sync_s":..}
 set -euo pipefail
 die() { echo "copy-floor: $*" >&2; exit 2; }
 [ $# = 2 ] || die "usage: copy-floor.sh SRC WORKDIR"
@@ -33,4 +37,6 @@ seconds() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(max(max(j
 read_s=$(run "${reader[@]}" | seconds)
 write_s=$(run "${writer[@]}" | seconds)
 both_s=$(run "${reader[@]}" "${writer[@]}" | seconds)
-echo "{\"bytes\":$bytes,\"read_s\":$read_s,\"write_s\":$write_s,\"both_s\":$both_s}"
+t0=$(date +%s.%N); sync; t1=$(date +%s.%N)
+both_sync_s=$(python3 -c 'import sys; print(round(sum(map(float, sys.argv[1:3])) - float(sys.argv[3]), 3))' "$both_s" "$t1" "$t0")
+echo "{\"bytes\":$bytes,\"read_s\":$read_s,\"write_s\":$write_s,\"both_s\":$both_s,\"both_sync_s\":$both_sync_s}"
