@@ -89,7 +89,7 @@ def run(b):
         # A copy until on disk ends with sync's flush, which writes out what this VM's host
         # holds in its cache: the floor it is held against ends with one too.
         fl = med.get("both_sync_s", med["both_s"])
-        ratio = f" (in this run {fl / statistics.median(cp):.1f}x the {statistics.median(cp):.2f} s of a plain `cp` until on disk)" if cp else ""
+        ratio = f" (in this run {fl / statistics.median(cp):.1f}x the {statistics.median(cp):.2f} s of a plain `cp` by its clock)" if cp else ""
         b.text(
             f"Disk floor for the {mib} MiB copy (`scripts/copy-floor.sh`, fio O_DIRECT, 16 x 1 MiB in flight per stream, "
             f"median of {len(runs)}): reading it alone {med['read_s']:.2f} s, writing as much alone {med['write_s']:.2f} s, "
