@@ -196,7 +196,9 @@ mod tests {
 
     /// `writes` writes of 1.5 MiB, as `copy_trace`.
     fn copy_trace_of(writes: u64) -> Vec<(u64, u64)> {
-        (0..writes).map(|i| (i * 3 * MIB / 2, 3 * MIB / 2)).collect()
+        (0..writes)
+            .map(|i| (i * 3 * MIB / 2, 3 * MIB / 2))
+            .collect()
     }
 
     #[test]
