@@ -7,9 +7,9 @@ use crate::units::MIB;
 
 /// Windows of a write stream under writeback at once (see `WriteStream::wrote`), where a
 /// settle may make the writer wait (the preload's default, `Params::writeback_windows`).
-/// Four rather than two keeps the device's queue fuller: 2 GiB copies by the command's
-/// clock, medians of 5 interleaved, cp 3.06 -> 2.79 s, shutil.copyfile 3.27 -> 2.89, `cat >`
-/// 3.17 -> 2.64, dd 3.22 -> 2.70, page-cache peaks +3-4 MiB (bench/results/copies-at-the-floor.md).
+/// Four rather than two keeps the device's queue fuller: s20's 2 GiB copies by their own
+/// clock, cp 3.75 -> 3.16 s, dd 3.31 -> 3.01, copyfile 3.60 -> 3.10, `cat >` 3.41 -> 2.95,
+/// cgroup peaks +4 MiB (bench/results/copies-at-the-floor.md).
 pub const WRITEBACK_WINDOWS: u64 = 4;
 
 /// What to do after a write.
@@ -22,7 +22,8 @@ pub struct WriteActions {
     pub snapshot: Option<Range>,
 }
 
-/// A write stream on one fd: bounded by windowed writeback (start window i, settle the one `WRITEBACK_WINDOWS` - 1 before it).
+/// A write stream on one fd: bounded by windowed writeback (start window i, settle the
+/// window `WRITEBACK_WINDOWS` - 1 before it).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WriteStream {
     pub started: bool,
