@@ -7,10 +7,15 @@ use crate::units::MIB;
 
 /// Windows of a write stream under writeback at once (see `WriteStream::wrote`), where a
 /// settle may make the writer wait (the preload's default, `Params::writeback_windows`).
-/// Four rather than two keeps the device's queue fuller: s20's 2 GiB copies by their own
-/// clock, cp 3.75 -> 3.16 s, dd 3.31 -> 3.01, copyfile 3.60 -> 3.10, `cat >` 3.41 -> 2.95,
-/// cgroup peaks +4 MiB (bench/results/copies-at-the-floor.md).
-pub const WRITEBACK_WINDOWS: u64 = 4;
+/// A window must be clean by the time the writer is this many windows on: a copier fills
+/// a 2 MiB window in about 2 ms, and this VM's disk, reading for the copy at the same
+/// time, took 6-15 ms to write one back, so with four the writeback helper spent most of a
+/// copy polling and the writer waited for it half of the time. Eight: in s20, 2 GiB
+/// copies until on disk against four windows in the same rounds (medians of 3), cp 3.64
+/// -> 3.58 s, dd 3.93 -> 3.41, `cat >` 4.45 -> 3.24, tar 3.72 -> 3.60, rsync 8.28 -> 5.18,
+/// copyfile 3.39 -> 3.66 (its runs 2.72-3.82); cgroup peaks +8 MiB (cp 54 -> 62 of the 64
+/// allowed; bench/results/copies-at-the-floor.md).
+pub const WRITEBACK_WINDOWS: u64 = 8;
 
 /// What to do after a write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -152,7 +157,11 @@ mod tests {
         let mut w = WriteStream::default();
         let mut started = vec![];
         let mut settled = vec![];
-        for i in 0..(64 * MIB / MIB) {
+        // Long enough for settles to begin: they trail the writer by the windows under
+        // writeback.
+        let windows = WRITEBACK_WINDOWS + 4;
+        let len = windows * P.window;
+        for i in 0..(len / MIB) {
             let off = i * MIB;
             w.plan(off, &P);
             let a = w.wrote(off, MIB, &P, MIB);
@@ -161,14 +170,14 @@ mod tests {
             w.settled();
         }
         let fin = w.finish(MIB);
-        assert_eq!(started[0], Range::new(0, 8 * MIB));
-        assert_eq!(settled[0], Range::new(0, 8 * MIB));
-        assert_eq!(started.len(), 8);
+        assert_eq!(started[0], Range::new(0, P.window));
+        assert_eq!(settled[0], Range::new(0, P.window));
+        assert_eq!(started.len() as u64, windows);
         // Never more than `WRITEBACK_WINDOWS` windows outstanding between settles.
         for (s, d) in started.iter().skip(1).zip(settled.iter()) {
             assert!(s.end - d.start <= WRITEBACK_WINDOWS * P.window);
         }
-        assert_eq!(fin.settle.unwrap().end, 64 * MIB);
+        assert_eq!(fin.settle.unwrap().end, len);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Writes: the ticket, the hot path, and windowed writeback (start window i, settle i-3;
+//! Writes: the ticket, the hot path, and windowed writeback (start window i, settle i-7;
 //! the wait polls cachestat, never sync_file_range with a WAIT flag).
 
 use super::files::{Scope, claim_tracked, drop_owned, publish, same_file, snapshot, with_file};

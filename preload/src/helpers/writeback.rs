@@ -37,7 +37,7 @@ const JOBS: usize = 8;
 const LINGER_NAP_US: u64 = 200;
 const LINGER_NAPS: u32 = 10;
 /// What the jobs in flight may weigh, in windows, before the program waits
-/// (`Job::weight`): one job (window i started, i-3 settling) while the program writes
+/// (`Job::weight`): one job (window i started, i-7 settling) while the program writes
 /// window i+1, one window more than the synchronous path holds. 16 MiB (8 windows) kept
 /// 4-5 windows in flight and raised a 2 GiB cp's cgroup peak from 64 to 73 MiB
 /// (bench/results/copies-at-the-floor.md).
