@@ -4,9 +4,9 @@ requests in flight (/sys/block/DEV/inflight) every half millisecond, and prints 
 0, 1, 2, ... reads and writes were in flight, the requests completed and their mean size,
 and the time until on disk.
 
-    scripts/inflight.py [--dir DIR] [--wbt on|off] -- CMD...     (root for --wbt)
+    scripts/inflight.py [--dir DIR] [--wbt-off] -- CMD...     (root for --wbt-off)
 
-DIR (default: the current directory) names the disk. --wbt off turns the block layer's
+DIR (default: the current directory) names the disk. --wbt-off turns the block layer's
 writeback throttling off for the run (wbt_lat_usec 0, restored after): wbt counts the
 buffered writes in flight, and while reads are being served it allows a quarter of its
 depth (4 of 16), however large each request is (bench/results/copies-at-the-floor.md).
@@ -34,7 +34,7 @@ def disk_of(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default=".")
-    ap.add_argument("--wbt", choices=["on", "off"])
+    ap.add_argument("--wbt-off", action="store_true", help="writeback throttling off for the run")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
@@ -43,7 +43,7 @@ def main():
     blk = disk_of(a.dir)
     wbt = blk / "queue" / "wbt_lat_usec"
     saved = wbt.read_text().strip() if wbt.exists() else None
-    if a.wbt == "off" and saved is not None:
+    if a.wbt_off and saved is not None:
         wbt.write_text("0\n")
     try:
         os.sync()
@@ -64,7 +64,7 @@ def main():
         on_disk = time.monotonic() - t0
         s1 = (blk / "stat").read_text().split()
     finally:
-        if a.wbt == "off" and saved is not None:
+        if a.wbt_off and saved is not None:
             wbt.write_text(saved + "\n")
     n = sum(seen.values())
 
@@ -77,7 +77,7 @@ def main():
     reads, rsect = int(s1[0]) - int(s0[0]), int(s1[2]) - int(s0[2])
     writes, wsect = int(s1[4]) - int(s0[4]), int(s1[6]) - int(s0[6])
     print(json.dumps(dict(
-        cmd=" ".join(cmd), exit=p.returncode, wbt_lat_usec=saved, wbt=a.wbt or "as set",
+        cmd=" ".join(cmd), exit=p.returncode, wbt_lat_usec=saved, wbt="off" if a.wbt_off else "as set",
         seconds=round(ran, 3), seconds_on_disk=round(on_disk, 3),
         reads=reads, read_kib_mean=rsect // 2 // max(reads, 1),
         writes=writes, write_kib_mean=wsect // 2 // max(writes, 1),
