@@ -8,7 +8,7 @@
 # loaded 2-CPU VM, 25 rounds or more.
 #
 #   scripts/startup-cost.sh [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults]
-#                           [--callgrind] [name=path.so ...]
+#                           [--callgrind] [--rust-floor] [name=path.so ...]
 #
 # Always measured: no preload, an empty library built here (one function, no constructor:
 # the floor any preload pays), libeatmydata when installed (package libeatmydata1), and
@@ -18,6 +18,9 @@
 # start-up of /bin/true (valgrind --tool=callgrind: repeatable, unlike timings).
 # `--per-spawn` times 3000 single spawns (posix_spawn) per library instead of the loops,
 # alternating the libraries spawn by spawn, which drifting load cannot favour.
+# `--rust-floor` also builds and measures bench/rust-floor: the least a Rust preload with
+# panic containment carries (std, catch_unwind, a silent panic hook), linked as
+# libdropbehind.so is.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=15
@@ -26,6 +29,7 @@ FAULTS=0
 CALLGRIND=0
 MODES="children shell"
 PER_SPAWN=0
+RUST_FLOOR=0
 extra=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -35,8 +39,9 @@ while [ $# -gt 0 ]; do
     --per-spawn) PER_SPAWN=1; shift ;;
     --faults) FAULTS=1; shift ;;
     --callgrind) CALLGRIND=1; shift ;;
+    --rust-floor) RUST_FLOOR=1; shift ;;
     *=*) extra+=("$1"); shift ;;
-    *) echo "usage: $0 [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults] [--callgrind] [name=lib.so ...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults] [--callgrind] [--rust-floor] [name=lib.so ...]" >&2; exit 2 ;;
     esac
 done
 
@@ -50,6 +55,10 @@ libs=("" "$TMP/empty.so")
 for l in /usr/lib/x86_64-linux-gnu/libeatmydata.so.1 /usr/lib/aarch64-linux-gnu/libeatmydata.so.1; do
     if [ -e "$l" ]; then names+=(libeatmydata); libs+=("$l"); break; fi
 done
+if [ "$RUST_FLOOR" = 1 ]; then
+    (cd "$ROOT" && cargo build --release --quiet -p dropbehind-rust-floor)
+    names+=(rust-floor); libs+=("$ROOT/target/release/librustfloor.so")
+fi
 if [ -e "$ROOT/target/release/libdropbehind.so" ]; then
     names+=(dropbehind); libs+=("$ROOT/target/release/libdropbehind.so")
 fi

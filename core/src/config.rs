@@ -156,7 +156,7 @@ pub struct Variable {
     apply: fn(&mut Config, &str) -> bool,
 }
 
-pub const VARIABLES: &[Variable] = &[
+pub static VARIABLES: &[Variable] = &[
     Variable {
         name: "DROPBEHIND_WINDOW",
         accepts: "a size from 64K to 64M, e.g. 2M (rounded up to a multiple of 2M)",
