@@ -1,5 +1,6 @@
 """Overhead where the shim must cost nothing: process start-up (a shell spawning /bin/true
-500 times, against an empty preload library built here, libeatmydata and nocache), and the
+500 times, against an empty preload library built here, libeatmydata, the least a Rust
+preload with panic containment costs (bench/rust-floor) and nocache), and the
 hooks' hot paths: cached 4 KiB sequential preads and reads, random cached preads, stride-100
 preads over a 1 TB sparse file, pipe write+read, a process opening 20,000 cached small
 files, and random preads on a cold file."""
@@ -8,7 +9,7 @@ import resource
 import subprocess
 from pathlib import Path
 from subprocess import PIPE
-from bench import EXAMPLES, Contender, DamonPaused, Failed, drop_caches, make_file, parse_json, run_checked
+from bench import EXAMPLES, REL, ROOT, Contender, DamonPaused, Failed, drop_caches, make_file, parse_json, run_checked
 
 TITLE = "Hot-path overhead"
 ORDER = 60
@@ -26,6 +27,18 @@ def empty_library(work):
         src.write_text("int empty_preload_symbol(void) { return 0; }\n")
         subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     return so
+
+
+def rust_floor():
+    """The least a Rust preload with panic containment costs (std, catch_unwind, a silent
+    panic hook), linked as libdropbehind.so is: bench/rust-floor, built here."""
+    name = "Rust preload floor"
+    try:
+        subprocess.run(["cargo", "build", "--release", "--locked", "--quiet", "-p", "dropbehind-rust-floor"],
+                       cwd=ROOT, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        return Contender(name, missing=f"bench/rust-floor did not build: {e}")
+    return Contender(name, preload=REL / "librustfloor.so")
 
 
 def small_files(root, n):
@@ -77,6 +90,7 @@ def run(b):
     spawn_conts = [Contender("no shim"), Contender("empty preload library", preload=empty)]
     spawn_conts.append(Contender("libeatmydata", preload=EATMYDATA[0]) if EATMYDATA else
                        Contender("libeatmydata", missing="libeatmydata not installed (apt-get install libeatmydata1)"))
+    spawn_conts.append(rust_floor())
     spawn_conts += b.contenders("dropbehind")
     nocache = (Contender("nocache", preload=NOCACHE) if NOCACHE.exists() else
                Contender("nocache", missing="nocache not installed (apt-get install nocache)"))
@@ -120,7 +134,9 @@ def run(b):
              ("faults", "page faults per exec", "{:.1f}")],
             baseline="empty preload library", ratio_of="seconds",
             note="The empty library (one function, no constructor, built by the suite) is the floor any preload "
-                 "pays; `no shim` runs the loop without LD_PRELOAD. Children only: `LD_PRELOAD=lib /bin/true` in "
+                 "pays; the Rust preload floor (bench/rust-floor, built by the suite: std, one function whose body "
+                 "`catch_unwind` contains, a constructor silencing the panic hook, linked as the library is) the "
+                 "least one written in Rust with panic containment pays; `no shim` runs the loop without LD_PRELOAD. Children only: `LD_PRELOAD=lib /bin/true` in "
                  "the loop; shell too: the shell preloaded as well. nocache (3 runs) was run after the others. "
                  "Page faults per exec: the loop's minor faults (getrusage), the shell's included, over the execs. "
                  "Each library's file was evicted and read whole before the rounds (cached the same way), and "
