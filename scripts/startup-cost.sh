@@ -56,7 +56,7 @@ for l in /usr/lib/x86_64-linux-gnu/libeatmydata.so.1 /usr/lib/aarch64-linux-gnu/
     if [ -e "$l" ]; then names+=(libeatmydata); libs+=("$l"); break; fi
 done
 if [ "$RUST_FLOOR" = 1 ]; then
-    (cd "$ROOT" && cargo build --release --quiet -p dropbehind-rust-floor)
+    (cd "$ROOT" && cargo build --release --locked --quiet -p dropbehind-rust-floor)
     names+=(rust-floor); libs+=("$ROOT/target/release/librustfloor.so")
 fi
 if [ -e "$ROOT/target/release/libdropbehind.so" ]; then

@@ -7,6 +7,7 @@ files, and random preads on a cold file."""
 import os
 import resource
 import subprocess
+import sys
 from pathlib import Path
 from subprocess import PIPE
 from bench import EXAMPLES, REL, ROOT, Contender, DamonPaused, Failed, drop_caches, make_file, parse_json, run_checked
@@ -38,7 +39,16 @@ def rust_floor():
                        cwd=ROOT, check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError) as e:
         return Contender(name, missing=f"bench/rust-floor did not build: {e}")
-    return Contender(name, preload=REL / "librustfloor.so")
+    lib = REL / "librustfloor.so"
+    # It is a floor only if it does contain a panic: its function panics on -1, and must
+    # return -1 with nothing printed, in a process of its own.
+    probe = subprocess.run([sys.executable, "-c", "import ctypes, sys; "
+                            "print(ctypes.CDLL(sys.argv[1]).dropbehind_rust_floor(-1))", str(lib)],
+                           capture_output=True, text=True)
+    if probe.returncode != 0 or probe.stdout.strip() != "-1" or probe.stderr:
+        return Contender(name, missing=f"bench/rust-floor does not contain a panic (exit {probe.returncode}, "
+                                       f"printed {probe.stdout.strip()!r}, stderr {probe.stderr.strip()[:200]!r})")
+    return Contender(name, preload=lib)
 
 
 def small_files(root, n):
@@ -136,8 +146,8 @@ def run(b):
             note="The empty library (one function, no constructor, built by the suite) is the floor any preload "
                  "pays; the Rust preload floor (bench/rust-floor, built by the suite: std, one function whose body "
                  "`catch_unwind` contains, a constructor silencing the panic hook, linked as the library is) the "
-                 "least one written in Rust with panic containment pays; `no shim` runs the loop without LD_PRELOAD. Children only: `LD_PRELOAD=lib /bin/true` in "
-                 "the loop; shell too: the shell preloaded as well. nocache (3 runs) was run after the others. "
+                 "least one written in Rust with panic containment pays; `no shim` runs the loop without "
+                 "LD_PRELOAD. Children only: `LD_PRELOAD=lib /bin/true` in the loop; shell too: the shell preloaded as well. nocache (3 runs) was run after the others. "
                  "Page faults per exec: the loop's minor faults (getrusage), the shell's included, over the execs. "
                  "Each library's file was evicted and read whole before the rounds (cached the same way), and "
                  "DAMON's pageout paused while they ran.")
