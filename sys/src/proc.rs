@@ -27,10 +27,22 @@ pub fn read_small_number(path: &[u8]) -> Option<u64> {
     read_small(path, &mut [0u8; 32]).ok()?.trim().parse().ok()
 }
 
-/// Threads in this process (/proc/self/stat, field 20).
-pub fn thread_count() -> Option<u64> {
+/// Opens /proc/self/stat for the shim's own use, for `thread_count`.
+pub fn open_stat() -> Result<OwnFd, Errno> {
+    open_own(libc::AT_FDCWD, c"/proc/self/stat", 0)
+}
+
+/// Threads in this process (field 20 of /proc/self/stat), read again through `stat_fd`
+/// (from `open_stat`) at offset 0: no fd is made, so a helper thread may ask.
+pub fn thread_count(stat_fd: i32) -> Option<u64> {
     let mut buf = [0u8; 1024];
-    let text = read_small(c"/proc/self/stat", &mut buf).ok()?;
+    // SAFETY: own buffer: the kernel writes at most buf.len() bytes into `buf`; pread leaves
+    // the fd's offset alone, and refuses (ESPIPE) an fd that is not a seekable file.
+    let n = cvt(|| unsafe {
+        libc::syscall(libc::SYS_pread64, stat_fd, buf.as_mut_ptr(), buf.len(), 0)
+    })
+    .ok()?;
+    let text = std::str::from_utf8(&buf[..n as usize]).ok()?;
     // Fields after the command name, which may hold spaces and parentheses.
     let rest = &text[text.rfind(')')? + 1..];
     rest.split_whitespace().nth(17)?.parse().ok()
@@ -134,7 +146,8 @@ mod tests {
 
     #[test]
     fn threads_and_seccomp_of_the_test_process() {
-        assert!(thread_count().is_some_and(|n| n >= 1));
+        let stat = open_stat().unwrap();
+        assert!(thread_count(stat.raw()).is_some_and(|n| n >= 1));
         assert!(!seccomp_filtered());
     }
 }

@@ -380,25 +380,29 @@ fn drop_mapped(d: &mut MapData, proof: &Proof, r: Range, mapped: bool) {
 
 static HELPER: Helper = Helper::new("dropbehind-map", 128 * 1024);
 static PAGEMAP_FD: AtomicI32 = AtomicI32::new(-1);
+/// /proc/self/stat, read by the watcher to count the process's threads.
+static STAT_FD: AtomicI32 = AtomicI32::new(-1);
 static LAST_FAULTS: AtomicU64 = AtomicU64::new(0);
 /// Ticks between checks that the program still has a thread of its own.
 const ALIVE_CHECK_TICKS: u32 = 100;
 
-/// Opens /proc/self/pagemap once, here on the program's thread: an open takes the lowest
-/// free fd number for a moment before it is moved high, and made on the watcher's thread it
-/// could hand a program thread opening a file just then another number than a run without
-/// the shim would (as 8104288 found for the directory helpers).
+/// Opens /proc/self/pagemap and /proc/self/stat once, here on the program's thread: an
+/// open takes the lowest free fd number for a moment before it is moved high, and made on
+/// the watcher's thread it could hand a program thread opening a file just then another
+/// number than a run without the shim would (as 8104288 found for the directory helpers).
 fn open_pagemap() {
-    if PAGEMAP_FD.load(Relaxed) >= 0 {
+    hold(&PAGEMAP_FD, sys::proc::open_pagemap);
+    hold(&STAT_FD, sys::proc::open_stat);
+}
+
+fn hold(slot: &AtomicI32, open: fn() -> Result<sys::file::OwnFd, sys::Errno>) {
+    if slot.load(Relaxed) >= 0 {
         return;
     }
-    if let Ok(pm) = sys::proc::open_pagemap() {
-        let pm = pm.into_raw();
-        if PAGEMAP_FD
-            .compare_exchange(-1, pm, Relaxed, Relaxed)
-            .is_err()
-        {
-            sys::file::close_own(pm);
+    if let Ok(fd) = open() {
+        let fd = fd.into_raw();
+        if slot.compare_exchange(-1, fd, Relaxed, Relaxed).is_err() {
+            sys::file::close_own(fd);
         }
     }
 }
@@ -468,7 +472,8 @@ fn watch() {
 /// thread called pthread_exit and its other threads are gone): then the watcher goes too.
 fn only_shim_threads_left() -> bool {
     let ours = 1 + crate::prefetch::running() as usize + crate::dirprefetch::workers();
-    sys::proc::thread_count().is_some_and(|n| n <= ours as u64)
+    let stat = STAT_FD.load(Relaxed);
+    stat >= 0 && sys::proc::thread_count(stat).is_some_and(|n| n <= ours as u64)
 }
 
 /// The shim is being disabled (the program is about to sandbox itself): the watcher stops
@@ -630,9 +635,11 @@ pub fn after_fork_child() {
             s.state.store(Owner::Free, Relaxed);
         }
     }
-    let pm = PAGEMAP_FD.swap(-1, Relaxed);
-    if pm >= 0 {
-        sys::file::close_own(pm);
+    for held in [&PAGEMAP_FD, &STAT_FD] {
+        let fd = held.swap(-1, Relaxed);
+        if fd >= 0 {
+            sys::file::close_own(fd);
+        }
     }
     HELPER.after_fork_child();
 }
