@@ -26,6 +26,32 @@ for r in "${readers[@]}"; do
     check "$name: at most 1 MiB of 256 MiB left cached ($kib KiB)" [ "$kib" -le 1024 ]
 done
 
+# Readahead advice: a sequential reader that gives none of its own (dd) gets the depth cp
+# asks for (FADV_SEQUENTIAL), once; a program that advises keeps its own (cp's SEQUENTIAL,
+# Python's RANDOM before reading through), and DROPBEHIND_READAHEAD=off gives none. A reach
+# of 256K is one any device's readahead (128 KiB at least) doubles to: the shim then
+# prefetches nothing of its own on any disk, and doubles the kernel's instead.
+if have strace; then
+    advised() { # NAME CMD...: CMD under strace; prints its FADV_SEQUENTIAL calls
+        local t=$d/advice.$1; shift
+        evict "$F"; strace -f -qq -e trace=fadvise64 -o "$t" "$@" >/dev/null
+        grep -c 'POSIX_FADV_SEQUENTIAL' "$t"
+    }
+    n=$(DROPBEHIND_READAHEAD=256K advised dd "${SHIM[@]}" dd if="$F" bs=1M status=none)
+    check "dd bs=1M, no advice of its own: one FADV_SEQUENTIAL from the shim ($n)" [ "$n" = 1 ]
+    n=$(DROPBEHIND_READAHEAD=off advised off "${SHIM[@]}" dd if="$F" bs=1M status=none)
+    check "dd bs=1M with DROPBEHIND_READAHEAD=off: none ($n)" [ "$n" = 0 ]
+    n=$(DROPBEHIND_READAHEAD=256K advised cp "${SHIM[@]}" cp --reflink=never "$F" "$d/advice_copy")
+    rm -f "$d/advice_copy"
+    check "cp, which advises SEQUENTIAL itself: its own call only ($n)" [ "$n" = 1 ]
+    n=$(DROPBEHIND_READAHEAD=256K advised random "${SHIM[@]}" python3 -c 'import os,sys
+fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_RANDOM)
+while os.read(fd,1<<20): pass' "$F")
+    check "python3 advising RANDOM, then reading through: none ($n)" [ "$n" = 0 ]
+else
+    skip "readahead advice: strace missing"
+fi
+
 # Random reads are left alone (what their readahead brought in stays); a sequential pass
 # after them is still dropped behind.
 random_reads="import os,sys;fd=os.open(sys.argv[1],os.O_RDONLY);[os.pread(fd,4096,o*7919*4096%(1<<28)) for o in range(64)]"

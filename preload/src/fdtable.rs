@@ -68,10 +68,26 @@ pub struct FileState {
     pub prefetch_chunk: u64,
     /// A small file that may be part of a tree the process streams (see `engine::tree`).
     pub small: Small,
+    /// What the shim does about the kernel's readahead for this file (`engine::read`).
+    pub kernel_readahead: KernelReadahead,
     /// stdio handed the program the end of the file.
     pub stdio_eof: bool,
     /// A small file: the end of the furthest read (read, pread, copies and sendfile).
     pub small_read_to: u64,
+}
+
+/// The kernel's readahead for a file the shim prefetches none for, its device's own
+/// `read_ahead_kb` already reaching as far (`prefetch::reach_for`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelReadahead {
+    /// Left as it is: the shim prefetches, or the file is not the program's own to advise.
+    #[default]
+    Leave,
+    /// Doubled (FADV_SEQUENTIAL) once its reads turn sequential, unless the program gives
+    /// readahead advice of its own.
+    Deepen,
+    /// Doubled.
+    Deepened,
 }
 
 /// What a small file is to the tree stream (`policy::tree`).
@@ -108,6 +124,10 @@ pub struct Slot {
 /// Marks `open_flags` as known (no open flag uses the sign bit). 0, not known, keeps the
 /// table all zero, in .bss.
 const KNOWN: i32 = i32::MIN;
+/// In `open_flags`: the fd's open file description is one this process opened through a
+/// hook, or a duplicate of such an fd (no open flag uses bit 30 either). Advice given on
+/// it (`engine::read::deepen_readahead`) reaches no other process's reads.
+const OWN: i32 = 1 << 30;
 
 // SAFETY: `file` is touched only through a `Claimed`, which exists only for whoever moved
 // `claim` from false to true (and a forked child's sole thread, see `release_all_claims`).
@@ -133,6 +153,7 @@ impl Slot {
                 prefetch_reach: 0,
                 prefetch_chunk: 0,
                 small: Small::No,
+                kernel_readahead: KernelReadahead::Leave,
                 stdio_eof: false,
                 small_read_to: 0,
             }),
@@ -206,7 +227,19 @@ impl Slot {
 
     /// A file the program just opened on this fd with `flags`.
     pub fn opened(&self, flags: i32) {
-        self.renew(flags | KNOWN);
+        self.renew(flags | KNOWN | OWN);
+    }
+
+    /// A file the program just opened on this fd through stdio (fopen, freopen), whose
+    /// flags the shim did not see.
+    pub fn opened_unseen(&self) {
+        self.renew(OWN);
+    }
+
+    /// A duplicate of `of` (dup, dup2, dup3, F_DUPFD): the same open file description.
+    /// Its flags are looked up again (an F_SETFL on `of` would not reach this slot).
+    pub fn duplicated(&self, of: Option<&Slot>) {
+        self.renew(if of.is_some_and(Slot::own_description) { OWN } else { 0 });
     }
 
     fn renew(&self, open_flags: i32) {
@@ -219,7 +252,12 @@ impl Slot {
     /// The flags the fd was opened with, if its open went through a hook.
     pub fn open_flags(&self) -> Option<i32> {
         let f = self.open_flags.load(Ordering::Relaxed);
-        (f & KNOWN != 0).then_some(f & !KNOWN)
+        (f & KNOWN != 0).then_some(f & !(KNOWN | OWN))
+    }
+
+    /// Whether the fd's open file description is this process's own (see `OWN`).
+    pub fn own_description(&self) -> bool {
+        self.open_flags.load(Ordering::Relaxed) & OWN != 0
     }
 
     pub fn try_claim(&'static self) -> Option<Claimed> {

@@ -25,7 +25,7 @@ const MISSING: usize = 1;
 const NAME: usize = 24;
 
 /// A real function's slot. The name is kept inline, not as a pointer: a pointer in each of
-/// the 76 slots would be a relocation, and the loader would write (and copy on write) the
+/// the slots would be a relocation, and the loader would write (and copy on write) the
 /// slots' pages at every start, in processes that call none of the hooks.
 pub struct Real<F> {
     addr: AtomicUsize,
@@ -198,6 +198,8 @@ reals! {
     COPY_FILE_RANGE = c"copy_file_range": fn(c_int, *mut loff_t, c_int, *mut loff_t, size_t, c_uint) -> ssize_t;
     SENDFILE = c"sendfile": fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
     SENDFILE64 = c"sendfile64": fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
+    POSIX_FADVISE = c"posix_fadvise": fn(c_int, off_t, off_t, c_int) -> c_int;
+    POSIX_FADVISE64 = c"posix_fadvise64": fn(c_int, off_t, off_t, c_int) -> c_int;
     SPLICE = c"splice": fn(c_int, *mut loff_t, c_int, *mut loff_t, size_t, c_uint) -> ssize_t;
     FOPEN = c"fopen": fn(*const c_char, *const c_char) -> *mut FILE;
     FOPEN64 = c"fopen64": fn(*const c_char, *const c_char) -> *mut FILE;

@@ -39,6 +39,8 @@ pub static COPY_CLAMPS: Counter = Counter::new();
 pub static PREFETCHED: Counter = Counter::new();
 pub static PREFETCH_BATCHES: Counter = Counter::new();
 pub static PREFETCH_DROPPED: Counter = Counter::new();
+/// Sequential streams given the kernel's doubled readahead (`engine::read`).
+pub static READAHEAD_DEEPENED: Counter = Counter::new();
 pub static MAPS_TRACKED: Counter = Counter::new();
 pub static MAPS_SEQUENTIAL: Counter = Counter::new();
 pub static MAPS_RANDOM: Counter = Counter::new();
@@ -65,6 +67,7 @@ const ALL: &[&Counter] = &[
     &PREFETCHED,
     &PREFETCH_BATCHES,
     &PREFETCH_DROPPED,
+    &READAHEAD_DEEPENED,
     &MAPS_TRACKED,
     &MAPS_SEQUENTIAL,
     &MAPS_RANDOM,
@@ -108,7 +111,7 @@ pub fn report(pid: i32, comm: &str, format: StatsFormat) -> Option<String> {
          \x20 pages released         {}  ({}, in {} drop calls)\n\
          \x20 residency snapshots    {}\n\
          \x20 copy calls clamped     {}\n\
-         \x20 prefetched             {}  ({} batches; {} skipped, queue full)\n\
+         \x20 prefetched             {}  ({} batches; {} skipped, queue full; {} streams given FADV_SEQUENTIAL)\n\
          \x20 file mappings          {}  ({} sequential, {} given MADV_RANDOM)\n\
          \x20 directories prefetched {}  ({} inodes; {} big directories found warm)\n\
          \x20 small files dropped    {}  ({}; {} of them written back first)\n",
@@ -129,6 +132,7 @@ pub fn report(pid: i32, comm: &str, format: StatsFormat) -> Option<String> {
         sz(&PREFETCHED),
         PREFETCH_BATCHES.get(),
         PREFETCH_DROPPED.get(),
+        READAHEAD_DEEPENED.get(),
         MAPS_TRACKED.get(),
         MAPS_SEQUENTIAL.get(),
         MAPS_RANDOM.get(),
@@ -154,7 +158,7 @@ fn json_report(pid: i32, comm: &str, [dirs, inodes, warm]: [u64; 3]) -> String {
             c => name.push(c),
         }
     }
-    let fields: [(&str, u64); 23] = [
+    let fields: [(&str, u64); 24] = [
         ("files_tracked", FILES_TRACKED.get()),
         ("files_excluded", FILES_EXCLUDED.get()),
         ("read_streams", READ_STREAMS.get()),
@@ -172,6 +176,7 @@ fn json_report(pid: i32, comm: &str, [dirs, inodes, warm]: [u64; 3]) -> String {
         ("prefetched_bytes", PREFETCHED.get()),
         ("prefetch_batches", PREFETCH_BATCHES.get()),
         ("prefetch_skipped", PREFETCH_DROPPED.get()),
+        ("readahead_deepened", READAHEAD_DEEPENED.get()),
         ("file_mappings", MAPS_TRACKED.get()),
         ("mappings_sequential", MAPS_SEQUENTIAL.get()),
         ("mappings_random", MAPS_RANDOM.get()),

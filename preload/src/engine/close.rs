@@ -15,6 +15,20 @@ pub fn forget(fd: i32) {
     }
 }
 
+/// The program opened `fd` through stdio: its flags unseen.
+pub fn opened_unseen(fd: i32) {
+    if let Some(slot) = fdtable::slot(fd) {
+        slot.opened_unseen();
+    }
+}
+
+/// `fd` is a duplicate of `old`.
+pub fn duplicated(old: i32, fd: i32) {
+    if let Some(slot) = fdtable::slot(fd) {
+        slot.duplicated(fdtable::slot(old));
+    }
+}
+
 /// The program opened `fd` with `flags`.
 pub fn opened(fd: i32, flags: i32) {
     if let Some(slot) = fdtable::slot(fd) {

@@ -3,8 +3,8 @@
 
 use super::{Engine, contained, register_report};
 use crate::config::Backend;
-use crate::fdtable::{self, Claimed, FileState, Hot, Managed, Small};
-use crate::policy::{FastRead, Params, Proof, Range};
+use crate::fdtable::{self, Claimed, FileState, Hot, KernelReadahead, Managed, Small};
+use crate::policy::{FastRead, Params, Proof, READAHEAD_REACH, Range};
 use crate::{proof, stats, sys};
 
 pub(super) use crate::proof::snapshot;
@@ -169,15 +169,22 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         Small::No
     };
     let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
-    let (prefetch_reach, prefetch_chunk) = if readable && eng.cfg.readahead > 0 {
+    let (mut prefetch_reach, mut prefetch_chunk) = (0, 0);
+    let mut kernel_readahead = KernelReadahead::Leave;
+    if readable && eng.cfg.readahead > 0 {
         let (device_ra, chunk) = crate::prefetch::device(id.dev);
-        (
-            crate::prefetch::reach_for(eng.cfg.readahead, device_ra),
-            chunk,
-        )
-    } else {
-        (0, 0)
-    };
+        prefetch_reach = crate::prefetch::reach_for(eng.cfg.readahead, device_ra);
+        prefetch_chunk = chunk;
+        // Doubled only on a file description this process opened (advice holds for every
+        // process sharing one), and only where the proof's reach covers twice the
+        // device's readahead.
+        if prefetch_reach == 0
+            && c.slot().own_description()
+            && device_ra.saturating_mul(2) <= READAHEAD_REACH / 2
+        {
+            kernel_readahead = KernelReadahead::Deepen;
+        }
+    }
     *c.file() = FileState {
         dev: id.dev,
         ino: id.ino,
@@ -187,6 +194,7 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         append: flags & libc::O_APPEND != 0,
         prefetch_reach,
         prefetch_chunk,
+        kernel_readahead,
         small,
         ..FileState::default()
     };

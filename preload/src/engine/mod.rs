@@ -19,13 +19,15 @@ mod stdio;
 mod tree;
 mod write;
 
-pub use close::{closing, closing_range, forget, opened};
+pub use close::{closing, closing_range, duplicated, forget, opened, opened_unseen};
 pub use copy::copy_len;
 pub use dir::{directory_closing, directory_opened};
 pub use files::dontcache_refused;
 pub use files::may_manage;
 pub use map::{Mapping, Pages, mapped, unmapped, unmapping};
-pub use read::{ReadPath, ReadTicket, after_fast_read, after_read, before_read, read_path, seeked};
+pub use read::{
+    ReadPath, ReadTicket, advised, after_fast_read, after_read, before_read, read_path, seeked,
+};
 pub use stdio::{
     stdio_after_read, stdio_after_write, stdio_before_read, stdio_before_write, stdio_closing,
 };

@@ -8,10 +8,10 @@ use super::files::{
 use super::write::finish_write;
 use super::{Engine, contained, engine};
 use crate::config::Backend;
-use crate::fdtable::{self, FileState, Hot, Managed, Slot, Small};
+use crate::fdtable::{self, FileState, Hot, KernelReadahead, Managed, Slot, Small};
 use crate::policy::{Pattern, read_continues};
 use crate::{stats, sys};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// What `before_read` decided; carried by the hook across the real call (plain data).
 #[derive(Clone, Copy, Default)]
@@ -272,6 +272,9 @@ pub(super) fn read_event(
             f.counted_stream = true;
             stats::READ_STREAMS.add(1);
         }
+        if !was_seq {
+            deepen_readahead(fd, f);
+        }
         if dontcache {
             stats::READ_DONTCACHE.add(got);
         } else {
@@ -296,6 +299,52 @@ pub(super) fn read_event(
             chunk: f.prefetch_chunk,
         });
     }
+}
+
+atomic_enum! {
+    /// Whether the program gives readahead advice of its own (posix_fadvise NORMAL,
+    /// SEQUENTIAL or RANDOM), on any fd: advice holds for an open file description, which
+    /// dup, fork and F_SETFL keep under other fd numbers, so it is followed per process.
+    pub enum ProgramAdvice in AtomicProgramAdvice(u8 as AtomicU8) {
+        None = 0,
+        Given = 1,
+    }
+}
+
+static PROGRAM_ADVICE: AtomicProgramAdvice = AtomicProgramAdvice::new(ProgramAdvice::None);
+
+/// The program advised the kernel about some file's readahead (`posix_fadvise`).
+pub fn advised(advice: i32) {
+    if matches!(
+        advice,
+        libc::POSIX_FADV_NORMAL | libc::POSIX_FADV_SEQUENTIAL | libc::POSIX_FADV_RANDOM
+    ) {
+        PROGRAM_ADVICE.store(ProgramAdvice::Given, Ordering::Relaxed);
+    }
+}
+
+/// A stream just found sequential on a file whose reach the shim leaves to the kernel
+/// (`KernelReadahead::Deepen`) gets the depth `cp` and `cat` ask for with FADV_SEQUENTIAL,
+/// twice the device's `read_ahead_kb`. Without it a copier that gives no advice (dd, tar,
+/// rsync, Python) reads half as deep, and no read is in flight while it waits on its
+/// writes (bench/results/copies-at-the-floor.md). A program that advises chose its own
+/// depth and keeps it. (An advice it gives between this check and the call below, on
+/// another thread, is overridden once: the window is one system call wide.)
+fn deepen_readahead(fd: i32, f: &mut FileState) {
+    if f.kernel_readahead != KernelReadahead::Deepen
+        || PROGRAM_ADVICE.load(Ordering::Relaxed) == ProgramAdvice::Given
+    {
+        return;
+    }
+    // The kernel ignores the range of this advice: a length of 1 only gets past the
+    // wrapper's "empty range asks nothing". A refusal leaves the default depth.
+    f.kernel_readahead = match sys::cache::fadvise(fd, 0, 1, libc::POSIX_FADV_SEQUENTIAL) {
+        Ok(()) => {
+            stats::READAHEAD_DEEPENED.add(1);
+            KernelReadahead::Deepened
+        }
+        Err(_) => KernelReadahead::Leave,
+    };
 }
 
 /// After a seek on `fd` left the position at `pos`.

@@ -3,10 +3,10 @@
 use crate::engine;
 use libc::{c_char, c_int, c_uint, mode_t, off_t};
 
-/// A new fd from dup and its relatives: another slot's file, flags unknown.
-fn opened(fd: c_int) -> c_int {
+/// A new fd from dup and its relatives: `old`'s file, flags looked up again.
+fn duplicated(old: c_int, fd: c_int) -> c_int {
     if fd >= 0 {
-        engine::forget(fd);
+        engine::duplicated(old, fd);
     }
     fd
 }
@@ -112,7 +112,7 @@ pub unsafe extern "C-unwind" fn closefrom(lowfd: c_int) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn dup(old: c_int) -> c_int {
     let fd = call_real!(DUP(old) or syscall(libc::SYS_dup, old));
-    opened(fd)
+    duplicated(old, fd)
 }
 
 #[unsafe(no_mangle)]
@@ -123,7 +123,7 @@ pub unsafe extern "C-unwind" fn dup2(old: c_int, new: c_int) -> c_int {
     }
     engine::closing(new);
     let fd = call_real!(DUP2(old, new) or syscall(libc::SYS_dup2, old, new));
-    opened(fd)
+    duplicated(old, fd)
 }
 
 #[unsafe(no_mangle)]
@@ -132,13 +132,13 @@ pub unsafe extern "C-unwind" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_
         engine::closing(new);
     }
     let fd = call_real!(DUP3(old, new, flags) or syscall(libc::SYS_dup3, old, new, flags));
-    opened(fd)
+    duplicated(old, fd)
 }
 
 fn fcntl_done(fd: c_int, cmd: c_int, ret: c_int) -> c_int {
     if ret >= 0 {
         match cmd {
-            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => engine::forget(ret),
+            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => engine::duplicated(fd, ret),
             // O_DIRECT may have changed: look at the fd again.
             libc::F_SETFL => engine::forget(fd),
             _ => {}

@@ -240,3 +240,18 @@ macro_rules! preadv2_hook {
 }
 preadv2_hook!(preadv2, PREADV2);
 preadv2_hook!(preadv64v2, PREADV64V2);
+
+/// posix_fadvise: a program that gives readahead advice of its own keeps it (the shim then
+/// doubles no stream's readahead: `engine::read::deepen_readahead`).
+macro_rules! fadvise_hook {
+    ($name:ident, $real:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C-unwind" fn $name(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+            engine::advised(advice);
+            // posix_fadvise answers its error rather than setting errno.
+            call_real!($real(fd, off, len, advice) or libc::ENOSYS)
+        }
+    };
+}
+fadvise_hook!(posix_fadvise, POSIX_FADVISE);
+fadvise_hook!(posix_fadvise64, POSIX_FADVISE64);

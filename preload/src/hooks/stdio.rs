@@ -22,7 +22,7 @@ fn fd_of(fp: *mut FILE) -> c_int {
 fn opened(fp: *mut FILE) -> *mut FILE {
     let fd = fd_of(fp);
     if fd >= 0 {
-        engine::forget(fd);
+        engine::opened_unseen(fd);
     }
     fp
 }
