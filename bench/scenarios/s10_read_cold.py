@@ -1,6 +1,6 @@
 """Cold streaming reads (issue 2): peak memory-cgroup usage, cache left behind, wall time."""
 from subprocess import DEVNULL, PIPE
-from bench import EXAMPLES, MIB, Cgroup, Contender, cached_mib, digest, drop_caches, make_file, parse_json, Failed
+from bench import EXAMPLES, MIB, Cgroup, Contender, cached_mib, digest, drop_caches, make_file, parse_json, warm_programs, Failed
 
 TITLE = "Cold streaming read of a big file"
 ORDER = 10
@@ -19,6 +19,13 @@ def run(b):
                                   "while b:=f.read(1<<20): n+=len(b)\nprint(n)", str(f)], f"{mib * MIB}\n".encode(), b""),
         "dd bs=1M": (["dd", f"if={f}", "of=/dev/null", "bs=1M", "status=noxfer"], None, records),
     }
+    # The reader's own files, read before each run (see bench.warm_programs).
+    warm = {
+        "cat F >/dev/null": [["cat", "--version"]],
+        "sha256sum F (stdio)": [["sha256sum", "--version"]],
+        "python3, 1 MiB reads": [["python3", "-c", "import sys"]],
+        "dd bs=1M": [["dd", "--version"]],
+    }
     conts = b.contenders("no shim", "dropbehind", "dropbehind dontcache", "nocache") + [
         Contender("dd iflag=nocache", lambda case, cmd: cmd + ["iflag=nocache"] if case == "dd bs=1M" else None),
         Contender("RWF_DONTCACHE reference", lambda case, cmd: [str(EXAMPLES / "uncached"), "read", str(f)] if case == "cat F >/dev/null" else None),
@@ -31,6 +38,7 @@ def run(b):
             return None
         reference = cmd[0] == str(EXAMPLES / "uncached")
         drop_caches()
+        warm_programs(warm[case])
         with Cgroup() as cg:
             secs, got = cg.run(cmd, env=c.env, stdout=PIPE if out or reference else DEVNULL,
                                expect_out=None if reference else out, expect_err=err)

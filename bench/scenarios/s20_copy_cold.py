@@ -3,7 +3,7 @@ import os
 import statistics
 import time
 from subprocess import PIPE
-from bench import EXAMPLES, ROOT, Cgroup, Contender, cached_mib, drop_caches, parse_json, run_checked, same_bytes, same_tar_member
+from bench import EXAMPLES, ROOT, Cgroup, Contender, cached_mib, drop_caches, parse_json, run_checked, same_bytes, same_tar_member, warm_programs
 
 TITLE = "Cold copy of a big file"
 ORDER = 20
@@ -21,10 +21,8 @@ def run(b):
         "tar cf": ["tar", "cf", str(dst), "-C", str(src_dir), "F"],
         "rsync": ["rsync", str(f), str(dst)],
     }
-    # The program's own files (executable, libraries, Python's modules), read before each
-    # run outside its group: they are cached wherever the program runs, the same with or
-    # without a shim, and are not the copy's footprint (Python's were 13 MiB of a copyfile's
-    # peak). shim-tests/t_copy.sh's peaks are taken the same way.
+    # The copier's own files, read before each run (see bench.warm_programs);
+    # shim-tests/t_copy.sh's peaks are taken the same way.
     warm = {
         "cp": [["cp", "--version"]],
         "dd bs=1M": [["dd", "--version"]],
@@ -46,8 +44,7 @@ def run(b):
             dst.unlink()
         # A plain copy takes the file's size twice in page cache.
         drop_caches(fault_in_mib=2 * mib + 256)
-        for w in warm[case]:
-            run_checked(w, expect_err=None)
+        warm_programs(warm[case])
         with Cgroup() as cg:
             secs, _ = cg.run(cmd, env=c.env)
             peak = cg.peak_mib()

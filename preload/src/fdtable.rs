@@ -170,9 +170,10 @@ impl Slot {
 
 static SLOTS: [Slot; MAX_FDS] = [const { Slot::new() }; MAX_FDS];
 
-/// One past the highest slot ever claimed. Only a claim holder moves a slot away from its
-/// initial state (UNKNOWN, no hot path, unclaimed), so every slot from here on is still in
-/// it, untouched: a loop over the whole table (4 MiB) would fault every page in.
+/// One past the highest slot ever claimed or given open flags. Only a claim holder, or an
+/// open or dup recording flags, moves a slot away from its initial state (UNKNOWN, no hot
+/// path, unclaimed, no flags), so every slot from here on is still in it, untouched: a loop
+/// over the whole table (4 MiB) would fault every page in.
 static USED: AtomicUsize = AtomicUsize::new(0);
 
 pub fn slot(fd: i32) -> Option<&'static Slot> {
@@ -221,28 +222,33 @@ impl Slot {
 
     /// Another file on this fd, or the same one with other flags (a dup, F_SETFL): looked
     /// at again on its next read or write.
-    pub fn forget(&self) {
+    pub fn forget(&'static self) {
         self.renew(0);
     }
 
     /// A file the program just opened on this fd with `flags`.
-    pub fn opened(&self, flags: i32) {
+    pub fn opened(&'static self, flags: i32) {
         self.renew(flags | KNOWN | OWN);
     }
 
     /// A file the program just opened on this fd through stdio (fopen, freopen), whose
     /// flags the shim did not see.
-    pub fn opened_unseen(&self) {
+    pub fn opened_unseen(&'static self) {
         self.renew(OWN);
     }
 
     /// A duplicate of `of` (dup, dup2, dup3, F_DUPFD): the same open file description.
     /// Its flags are looked up again (an F_SETFL on `of` would not reach this slot).
-    pub fn duplicated(&self, of: Option<&Slot>) {
+    pub fn duplicated(&'static self, of: Option<&Slot>) {
         self.renew(if of.is_some_and(Slot::own_description) { OWN } else { 0 });
     }
 
-    fn renew(&self, open_flags: i32) {
+    fn renew(&'static self, open_flags: i32) {
+        if open_flags != 0 {
+            // Flags kept for a file that is closed by a close_range before its first read
+            // must be forgotten there too.
+            self.note_used();
+        }
         self.fast_read.store(Hot::None, Ordering::Release);
         self.fast_write.store(Hot::None, Ordering::Release);
         self.open_flags.store(open_flags, Ordering::Relaxed);
@@ -260,7 +266,8 @@ impl Slot {
         self.open_flags.load(Ordering::Relaxed) & OWN != 0
     }
 
-    pub fn try_claim(&'static self) -> Option<Claimed> {
+    /// Makes `USED` cover this slot, about to leave its initial state.
+    fn note_used(&'static self) {
         // SAFETY: every `Slot` is an element of SLOTS (`new` is private and the only
         // `&'static Slot`s are handed out by `slot` and `used`), so both pointers are into
         // the same array and the distance is a whole number of elements.
@@ -268,6 +275,10 @@ impl Slot {
         if USED.load(Ordering::Relaxed) <= i {
             USED.fetch_max(i + 1, Ordering::Relaxed);
         }
+    }
+
+    pub fn try_claim(&'static self) -> Option<Claimed> {
+        self.note_used();
         // Release: a child forked after this claim sees USED cover it.
         self.claim
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
