@@ -240,7 +240,11 @@ impl Slot {
     /// A duplicate of `of` (dup, dup2, dup3, F_DUPFD): the same open file description.
     /// Its flags are looked up again (an F_SETFL on `of` would not reach this slot).
     pub fn duplicated(&'static self, of: Option<&Slot>) {
-        self.renew(if of.is_some_and(Slot::own_description) { OWN } else { 0 });
+        self.renew(if of.is_some_and(Slot::own_description) {
+            OWN
+        } else {
+            0
+        });
     }
 
     fn renew(&'static self, open_flags: i32) {
