@@ -39,6 +39,9 @@ if have strace; then
     }
     n=$(DROPBEHIND_READAHEAD=256K advised dd "${SHIM[@]}" dd if="$F" bs=1M status=none)
     check "dd bs=1M, no advice of its own: one FADV_SEQUENTIAL from the shim ($n)" [ "$n" = 1 ]
+    # Inherited: the shell opened it; advice would reach every process sharing it.
+    n=$(DROPBEHIND_READAHEAD=256K advised inherited "${SHIM[@]}" dd bs=1M status=none <"$F")
+    check "dd bs=1M reading a file the shell opened for it (<F): none ($n)" [ "$n" = 0 ]
     n=$(DROPBEHIND_READAHEAD=off advised off "${SHIM[@]}" dd if="$F" bs=1M status=none)
     check "dd bs=1M with DROPBEHIND_READAHEAD=off: none ($n)" [ "$n" = 0 ]
     n=$(DROPBEHIND_READAHEAD=256K advised cp "${SHIM[@]}" cp --reflink=never "$F" "$d/advice_copy")

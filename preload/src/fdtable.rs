@@ -80,14 +80,13 @@ pub struct FileState {
 /// `read_ahead_kb` already reaching as far (`prefetch::reach_for`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum KernelReadahead {
-    /// Left as it is: the shim prefetches, or the file is not the program's own to advise.
+    /// Left as it is: the shim prefetches, the file is not the program's own to advise, or
+    /// it was advised already.
     #[default]
     Leave,
     /// Doubled (FADV_SEQUENTIAL) once its reads turn sequential, unless the program gives
     /// readahead advice of its own.
     Deepen,
-    /// Doubled.
-    Deepened,
 }
 
 /// What a small file is to the tree stream (`policy::tree`).

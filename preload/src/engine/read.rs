@@ -336,15 +336,12 @@ fn deepen_readahead(fd: i32, f: &mut FileState) {
     {
         return;
     }
-    // The kernel ignores the range of this advice: a length of 1 only gets past the
-    // wrapper's "empty range asks nothing". A refusal leaves the default depth.
-    f.kernel_readahead = match sys::cache::fadvise(fd, 0, 1, libc::POSIX_FADV_SEQUENTIAL) {
-        Ok(()) => {
-            stats::READAHEAD_DEEPENED.add(1);
-            KernelReadahead::Deepened
-        }
-        Err(_) => KernelReadahead::Leave,
-    };
+    // Tried once: a refusal leaves the default depth. The kernel ignores the range of this
+    // advice; a length of 1 only gets past the wrapper's "empty range asks nothing".
+    f.kernel_readahead = KernelReadahead::Leave;
+    if sys::cache::fadvise(fd, 0, 1, libc::POSIX_FADV_SEQUENTIAL).is_ok() {
+        stats::READAHEAD_DEEPENED.add(1);
+    }
 }
 
 /// After a seek on `fd` left the position at `pos`.
