@@ -8,7 +8,7 @@
 # loaded 2-CPU VM, 25 rounds or more.
 #
 #   scripts/startup-cost.sh [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults]
-#                           [--callgrind] [--rust-floor] [name=path.so ...]
+#                           [--callgrind] [--rust-floor] [--shaped-floor] [name=path.so ...]
 #
 # Always measured: no preload, an empty library built here (one function, no constructor:
 # the floor any preload pays), libeatmydata when installed (package libeatmydata1), and
@@ -20,7 +20,9 @@
 # alternating the libraries spawn by spawn, which drifting load cannot favour.
 # `--rust-floor` also builds and measures bench/rust-floor: the least a Rust preload with
 # panic containment carries (std, catch_unwind, a silent panic hook), linked as
-# libdropbehind.so is.
+# libdropbehind.so is. `--shaped-floor` also builds it padded, segment by segment, to
+# libdropbehind.so's size (text, read-only data, bss) with bytes nothing touches: what the
+# library's size alone costs an exec, apart from anything its code does.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=15
@@ -30,6 +32,7 @@ CALLGRIND=0
 MODES="children shell"
 PER_SPAWN=0
 RUST_FLOOR=0
+SHAPED_FLOOR=0
 extra=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -40,8 +43,9 @@ while [ $# -gt 0 ]; do
     --faults) FAULTS=1; shift ;;
     --callgrind) CALLGRIND=1; shift ;;
     --rust-floor) RUST_FLOOR=1; shift ;;
+    --shaped-floor) SHAPED_FLOOR=1; shift ;;
     *=*) extra+=("$1"); shift ;;
-    *) echo "usage: $0 [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults] [--callgrind] [--rust-floor] [name=lib.so ...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults] [--callgrind] [--rust-floor] [--shaped-floor] [name=lib.so ...]" >&2; exit 2 ;;
     esac
 done
 
@@ -61,6 +65,33 @@ if [ "$RUST_FLOOR" = 1 ]; then
 fi
 if [ -e "$ROOT/target/release/libdropbehind.so" ]; then
     names+=(dropbehind); libs+=("$ROOT/target/release/libdropbehind.so")
+fi
+if [ "$SHAPED_FLOOR" = 1 ]; then
+    [ -e "$ROOT/target/release/libdropbehind.so" ] || { echo "startup-cost: --shaped-floor needs target/release/libdropbehind.so (make build)" >&2; exit 2; }
+    (cd "$ROOT" && cargo build --release --locked --quiet -p dropbehind-rust-floor)
+    # Each LOAD segment's sizes: R (headers, symbols, read-only data), R E (code), RW (data)
+    # and the memory the RW segments take beyond their file bytes (bss).
+    shape() {
+        readelf -lW "$1" | python3 -c '
+import sys
+r = x = d = b = 0
+for l in sys.stdin:
+    f = l.split()
+    if f[:1] != ["LOAD"]:
+        continue
+    fs, ms, flags = int(f[4], 16), int(f[5], 16), "".join(f[6:-1])
+    if flags == "R": r += fs
+    elif flags == "RE": x += fs
+    else: d += fs; b += ms - fs
+print(r, x, d, b)'
+    }
+    read -r dr dx dd db <<<"$(shape "$ROOT/target/release/libdropbehind.so")"
+    read -r fr fx fd fb <<<"$(shape "$ROOT/target/release/librustfloor.so")"
+    pos() { [ "$1" -gt 0 ] && echo "$1" || echo 0; }
+    (cd "$ROOT" && DROPBEHIND_PAD_TEXT=$(pos $((dx - fx))) DROPBEHIND_PAD_RODATA=$(pos $((dr - fr))) \
+        DROPBEHIND_PAD_DATA=$(pos $((dd - fd))) DROPBEHIND_PAD_BSS=$(pos $((db - fb))) CARGO_TARGET_DIR="$ROOT/target/shaped-floor" \
+        cargo build --release --locked --quiet -p dropbehind-rust-floor --features shaped)
+    names+=(shaped-floor); libs+=("$ROOT/target/shaped-floor/release/librustfloor.so")
 fi
 for e in "${extra[@]+"${extra[@]}"}"; do
     names+=("${e%%=*}"); libs+=("$(realpath "${e#*=}")")

@@ -28,3 +28,44 @@ extern "C" fn init() {
 #[used]
 #[unsafe(link_section = ".init_array")]
 static INIT: extern "C" fn() = init;
+
+// `scripts/startup-cost.sh --shaped-floor`: the same floor padded, segment by segment, to
+// libdropbehind.so's size with bytes nothing runs or reads (the sizes come from the
+// script), to tell what the library's size alone costs an exec from what its code does.
+#[cfg(feature = "shaped")]
+std::arch::global_asm!(
+    ".pushsection .text.dropbehind_pad,\"axR\",@progbits",
+    ".space {text}, 0xcc",
+    ".popsection",
+    ".pushsection .rodata.dropbehind_pad,\"aR\",@progbits",
+    ".space {rodata}, 0",
+    ".popsection",
+    ".pushsection .data.dropbehind_pad,\"awR\",@progbits",
+    ".space {data}, 0",
+    ".popsection",
+    ".pushsection .bss.dropbehind_pad,\"awR\",@nobits",
+    ".space {bss}",
+    ".popsection",
+    text = const bytes(option_env!("DROPBEHIND_PAD_TEXT")),
+    rodata = const bytes(option_env!("DROPBEHIND_PAD_RODATA")),
+    data = const bytes(option_env!("DROPBEHIND_PAD_DATA")),
+    bss = const bytes(option_env!("DROPBEHIND_PAD_BSS")),
+);
+
+/// A decimal byte count, or 0.
+#[cfg(feature = "shaped")]
+const fn bytes(v: Option<&str>) -> usize {
+    let Some(s) = v else { return 0 };
+    let b = s.as_bytes();
+    let mut n = 0;
+    let mut i = 0;
+    while i < b.len() {
+        assert!(
+            b[i].is_ascii_digit(),
+            "a padding size is a decimal byte count"
+        );
+        n = n * 10 + (b[i] - b'0') as usize;
+        i += 1;
+    }
+    n
+}
