@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
 """What each copier costs apart from the disk: copies SRC into DIR with the source already
 cached and the copy left in memory (no sync), so no byte waits for the device. Prints, per
-copier, the median seconds, the CPU it used (user + system, all its processes), and how
-many folios its writes added to the page cache (tracepoint filemap:mm_filemap_add_to_page_cache,
-counted by perf): every folio is one more to write back and, for a bounded copy, to drop.
+copier, the median seconds, the CPU it used (user + system, all its processes and threads),
+and how many folios the run added to the page cache (tracepoint
+filemap:mm_filemap_add_to_page_cache, counted by perf): every folio of the copy is one more
+to write back and, for a bounded copy, to drop.
 
-    scripts/copier-work.py SRC DIR [--rounds N] [--only NAME...]     (root: drop_caches)
+    scripts/copier-work.py SRC DIR [--rounds N] [--only NAME...] [--lib LIB] [--floor]
+
+With --lib, each copier runs instead as s20 runs it: the source evicted, under
+LD_PRELOAD=LIB, timed until on disk (the copy, then sync); the CPU then includes the
+library's writeback thread, and the folios the source's too. --floor adds
+scripts/copy-floor.sh once a round, and each run's ratio to its round's floor: without
+--lib, how the copier's own work, with no byte waiting for the disk, compares with what the
+disk allows a bounded copy. Needs root (drop_caches) and perf.
 
 A copy bounded in memory must also write back and drop what it wrote, while it copies; on
 a machine with few CPUs that work competes with the copier's own (bench/results/
-copies-at-the-floor.md, "What tar and rsync cost apart from the disk"). Prints one JSON
-object per copier, then a table.
+copies-at-the-floor.md, "What tar costs apart from the disk"). Prints one JSON object per
+copier, then a table.
 """
 import argparse
 import json
@@ -32,6 +40,8 @@ def copiers(src, dst):
         "python3 shutil.copyfile": ["python3", "-c", "import shutil,sys; shutil.copyfile(*sys.argv[1:])", src, dst],
         "cat F > G": ["sh", "-c", f'cat "{src}" > "{dst}"'],
         "tar cf": ["tar", "cf", dst, "-C", str(Path(src).parent), Path(src).name],
+        # The same archive in 128 KiB records instead of 10 KiB.
+        "tar -b 256 cf": ["tar", "-b", "256", "-cf", dst, "-C", str(Path(src).parent), Path(src).name],
         "rsync": ["rsync", src, dst],
     }
 
@@ -41,22 +51,29 @@ def drop_caches():
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
-def cache_source(src, mib):
-    with open(src, "rb") as f:
-        while f.read(8 * MIB):
-            pass
+def prepare(src, mib, cached):
+    if cached:
+        with open(src, "rb") as f:
+            while f.read(8 * MIB):
+                pass
     # Touch as much memory as the copy will take, so that no run pays a balloon's first
     # touch for its page cache (bench/bench.py drop_caches says why).
     touched = bytearray((mib + 256) * MIB)
     del touched
 
 
-def one(cmd):
-    """(seconds, cpu seconds, folios added) of one run of cmd."""
+def one(cmd, lib):
+    """(seconds, cpu seconds, folios added) of one run of cmd; with lib, preloaded and
+    timed until on disk."""
     perf = ["perf", "stat", "-x,", "-e", "filemap:mm_filemap_add_to_page_cache", "--"]
+    env = dict(os.environ, LD_PRELOAD=lib) if lib else None
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    p = subprocess.run(perf + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # perf is told to preload nothing itself: LD_PRELOAD reaches the copier through env.
+    p = subprocess.run(perf + (["env", f"LD_PRELOAD={lib}"] if lib else []) + cmd,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if lib:
+        os.sync()
     secs = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
@@ -75,7 +92,10 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", nargs="*", help="copier names, as printed")
+    ap.add_argument("--lib", help="run each copier cold under this preload, until on disk")
+    ap.add_argument("--floor", action="store_true", help="copy-floor.sh each round, and each run against it")
     a = ap.parse_args()
+    lib = os.path.abspath(a.lib) if a.lib else None
     if os.geteuid() != 0:
         sys.exit("copier-work: needs root (drop_caches)")
     src = os.path.abspath(a.src)
@@ -83,6 +103,7 @@ def main():
     mib = os.path.getsize(src) // MIB
     cases = {k: v for k, v in copiers(src, dst).items() if not a.only or k in a.only}
     got = {k: [] for k in cases}
+    floors = []
     try:
         for r in range(a.rounds):
             order = list(cases) if r % 2 == 0 else list(reversed(cases))
@@ -90,8 +111,14 @@ def main():
                 if os.path.exists(dst):
                     os.unlink(dst)
                 drop_caches()
-                cache_source(src, mib)
-                got[name].append(one(cases[name]))
+                prepare(src, mib, cached=lib is None)
+                got[name].append(one(cases[name], lib))
+            if a.floor:
+                if os.path.exists(dst):
+                    os.unlink(dst)
+                out = subprocess.run([str(Path(__file__).parent / "copy-floor.sh"), src, a.dir],
+                                     capture_output=True, text=True, check=True).stdout
+                floors.append(json.loads(out.strip().splitlines()[-1])["both_sync_s"])
     finally:
         if os.path.exists(dst):
             os.unlink(dst)
@@ -101,11 +128,20 @@ def main():
         row = dict(copier=name, seconds=round(secs, 3), cpu_s=round(cpu, 3), folios=int(folios),
                    kib_per_folio=round(mib * 1024 / folios, 1) if folios else None,
                    runs=[[round(s, 3), round(c, 3), f] for s, c, f in runs])
+        if floors:
+            # The median of each round's ratio to that round's floor.
+            row["by_round"] = round(statistics.median(s / f for (s, _, _), f in zip(runs, floors)), 3)
         rows.append(row)
         print(json.dumps(row))
-    print(f"\n{'copier':26} {'seconds':>8} {'CPU s':>7} {'folios':>8} {'KiB/folio':>9}")
+    if floors:
+        print(json.dumps(dict(floor_s=round(statistics.median(floors), 3), runs=floors)))
+    head = "until on disk" if lib else "seconds"
+    print(f"\n{'copier':26} {head:>13} {'CPU s':>7} {'folios':>8} {'KiB/folio':>9}" + ("  by round" if floors else ""))
     for r in rows:
-        print(f"{r['copier']:26} {r['seconds']:8.2f} {r['cpu_s']:7.2f} {r['folios']:8} {r['kib_per_folio']:9}")
+        print(f"{r['copier']:26} {r['seconds']:13.2f} {r['cpu_s']:7.2f} {r['folios']:8} {r['kib_per_folio']:9}"
+              + (f"  {r['by_round']:.2f}x" if floors else ""))
+    if floors:
+        print(f"{'disk floor (+ sync)':26} {statistics.median(floors):13.2f}")
 
 
 if __name__ == "__main__":
