@@ -59,6 +59,26 @@ def run(b):
             same_bytes(f, dst)
         return dict(seconds=secs, synced=synced, peak_mib=peak, src_left=src_left, dst_left=dst_left)
 
+    # What the copier itself costs, apart from the disk (scripts/copier-work.py measures the
+    # same by hand): no shim, its source cached, its copy left in memory. A copy can't end
+    # before its own work, however fast the disk: rsync's alone took 1.19x of the disk floor
+    # (bench/results/copies-at-the-floor.md), so each copy is also held against the larger
+    # of the two, round by round.
+    own = Contender("own work")
+
+    def one_own(case):
+        if dst.exists():
+            dst.unlink()
+        drop_caches(fault_in_mib=2 * mib + 256)
+        with open(f, "rb") as src:
+            while src.read(8 << 20):
+                pass
+        warm_programs(warm[case])
+        with Cgroup() as cg:
+            secs, _ = cg.run(cases[case])
+        os.sync()
+        return dict(seconds=secs)
+
     # What the disk allows a copy that must reach it before it ends (scripts/copy-floor.sh),
     # measured once a round among the copies: the host's disk moves by 40% from one hour to
     # the next (bench/results/copies-at-the-floor.md), so a floor taken apart from the copies
@@ -75,9 +95,11 @@ def run(b):
     def either(case, c):
         if (case == floor) != (c is fio):
             return None
+        if c is own:
+            return one_own(case)
         return one_floor() if c is fio else one(case, c)
 
-    b.interleave(list(cases) + [floor], conts + [fio], b.size(3, 1), either)
+    b.interleave(list(cases) + [floor], conts + [own, fio], b.size(3, 1), either)
     b.table(
         f"Cold copy of a {mib} MiB file, each run alone in a fresh memory cgroup",
         list(cases), conts,
@@ -125,6 +147,24 @@ def run(b):
             b.text("dropbehind until on disk against that floor (medians; then the median of each round's copy "
                    "against the same round's floor), and against the plain copy until on disk: "
                    + "; ".join(against) + ".\n")
+        # The copier's own work in the same round: alone against the floor, and each shimmed
+        # copy against the larger of the two.
+        alone, bounded = [], []
+        for case in cases:
+            own_of = {x["rep"]: x["seconds"] for x in b.rows(case, own.name)}
+            mine = [own_of[r] / floor_of[r] for r in own_of if r in floor_of]
+            shim_rows = [s for s in b.rows(case, "dropbehind") if s["rep"] in floor_of and s["rep"] in own_of]
+            if mine:
+                alone.append(f"{case} {statistics.median(own_of.values()):.2f} s, {statistics.median(mine):.2f}x")
+            if shim_rows:
+                r = statistics.median(s["synced"] / max(floor_of[s["rep"]], own_of[s["rep"]]) for s in shim_rows)
+                bounded.append(f"{case} {r:.2f}x")
+        if alone:
+            b.text("Each copier's own work in the same rounds (no shim, its source cached, its copy left in memory, "
+                   "so no byte waits for the disk), median, and against its round's floor: " + "; ".join(alone) + ". "
+                   "A copy bounded in memory can end neither before the disk's floor nor before its own work; "
+                   "dropbehind until on disk against the larger of the two, round by round (median): "
+                   + "; ".join(bounded) + ".\n")
     else:
         failed = next((s["failed"] for s in b.samples if s["scenario"] == b.scenario and s["case"] == floor), "no run")
         b.text(f"Disk floor for the {mib} MiB copy not measured: scripts/copy-floor.sh failed ({failed}).\n")
