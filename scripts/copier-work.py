@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -98,6 +99,8 @@ def main():
     lib = os.path.abspath(a.lib) if a.lib else None
     if os.geteuid() != 0:
         sys.exit("copier-work: needs root (drop_caches)")
+    if not shutil.which("perf"):
+        sys.exit("copier-work: needs perf (apt-get install linux-perf) to count folios")
     src = os.path.abspath(a.src)
     dst = os.path.join(os.path.abspath(a.dir), "copier-work.dst")
     mib = os.path.getsize(src) // MIB
