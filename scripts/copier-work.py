@@ -102,6 +102,8 @@ def main():
     if not shutil.which("perf"):
         sys.exit("copier-work: needs perf (apt-get install linux-perf) to count folios")
     src = os.path.abspath(a.src)
+    if not os.path.isfile(src) or not os.path.isdir(a.dir):
+        sys.exit(f"copier-work: SRC must be a file and DIR a directory ({a.src}, {a.dir})")
     dst = os.path.join(os.path.abspath(a.dir), "copier-work.dst")
     mib = os.path.getsize(src) // MIB
     cases = {k: v for k, v in copiers(src, dst).items() if not a.only or k in a.only}
