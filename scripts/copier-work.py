@@ -47,6 +47,11 @@ def copiers(src, dst):
     }
 
 
+def die(msg):
+    print(f"copier-work: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def drop_caches():
     os.sync()
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -78,7 +83,7 @@ def one(cmd, lib):
     secs = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
-        sys.exit(f"copier-work: {cmd[0]} failed: {p.stderr.strip()[-300:]}")
+        die(f"{cmd[0]} failed: {p.stderr.strip()[-300:]}")
     folios = None
     for line in p.stderr.splitlines():
         if "mm_filemap_add_to_page_cache" in line:
@@ -98,12 +103,12 @@ def main():
     a = ap.parse_args()
     lib = os.path.abspath(a.lib) if a.lib else None
     if os.geteuid() != 0:
-        sys.exit("copier-work: needs root (drop_caches)")
+        die("needs root (drop_caches)")
     if not shutil.which("perf"):
-        sys.exit("copier-work: needs perf (apt-get install linux-perf) to count folios")
+        die("needs perf (apt-get install linux-perf) to count folios")
     src = os.path.abspath(a.src)
     if not os.path.isfile(src) or not os.path.isdir(a.dir):
-        sys.exit(f"copier-work: SRC must be a file and DIR a directory ({a.src}, {a.dir})")
+        die(f"SRC must be a file and DIR a directory ({a.src}, {a.dir})")
     dst = os.path.join(os.path.abspath(a.dir), "copier-work.dst")
     mib = os.path.getsize(src) // MIB
     cases = {k: v for k, v in copiers(src, dst).items() if not a.only or k in a.only}
