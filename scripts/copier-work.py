@@ -4,7 +4,9 @@ cached and the copy left in memory (no sync), so no byte waits for the device. P
 copier, the median seconds, the CPU it used (user + system, all its processes and threads),
 and how many folios the run added to the page cache (tracepoint
 filemap:mm_filemap_add_to_page_cache, counted by perf): every folio of the copy is one more
-to write back and, for a bounded copy, to drop.
+to write back and, for a bounded copy, to drop. Before each run the copier's own files and
+perf's are read (outside the timing); perf's own cost is in every row, and the row
+"perf alone" (perf running `true`) shows how much.
 
     scripts/copier-work.py SRC DIR [--rounds N] [--only NAME...] [--lib LIB] [--floor]
 
@@ -12,12 +14,12 @@ With --lib, each copier runs instead as s20 runs it: the source evicted, under
 LD_PRELOAD=LIB, timed until on disk (the copy, then sync); the CPU then includes the
 library's writeback thread, and the folios the source's too. --floor adds
 scripts/copy-floor.sh once a round, and each run's ratio to its round's floor: without
---lib, how the copier's own work, with no byte waiting for the disk, compares with what the
-disk allows a bounded copy. Needs root (drop_caches) and perf.
+--lib, how the copier's own work, with no byte waiting for the disk, compares with the disk
+floor a bounded copy is held against. Needs root (drop_caches) and perf.
 
 A copy bounded in memory must also write back and drop what it wrote, while it copies; on
 a machine with few CPUs that work competes with the copier's own (bench/results/
-copies-at-the-floor.md, "What tar costs apart from the disk"). Prints one JSON object per
+copies-at-the-floor.md, "What tar and rsync cost apart from the disk"). Prints one JSON object per
 copier, then a table.
 """
 import argparse
@@ -35,6 +37,8 @@ MIB = 1 << 20
 
 
 def copiers(src, dst):
+    """Each copier's command, and what to run first so that its own files (executable,
+    libraries, Python's modules) are cached, as s20 does (bench.warm_programs)."""
     return {
         "cp": ["cp", src, dst],
         "dd bs=1M": ["dd", f"if={src}", f"of={dst}", "bs=1M", "status=none"],
@@ -45,6 +49,19 @@ def copiers(src, dst):
         "tar -b 256 cf": ["tar", "-b", "256", "-cf", dst, "-C", str(Path(src).parent), Path(src).name],
         "rsync": ["rsync", src, dst],
     }
+
+
+WARM = {
+    "cp": ["cp", "--version"],
+    "dd bs=1M": ["dd", "--version"],
+    "python3 shutil.copyfile": ["python3", "-c", "import shutil"],
+    "cat F > G": ["sh", "-c", "cat --version"],
+    "tar cf": ["tar", "--version"],
+    "tar -b 256 cf": ["tar", "--version"],
+    "rsync": ["rsync", "--version"],
+    # perf itself, counted in every run's time and CPU: its row says how much.
+    "perf alone": ["true"],
+}
 
 
 def die(msg):
@@ -68,11 +85,19 @@ def prepare(src, mib, cached):
     del touched
 
 
+PERF = ["perf", "stat", "-x,", "-e", "filemap:mm_filemap_add_to_page_cache", "--"]
+
+
+def warm(name):
+    """Caches perf's and the copier's own files, outside the timing."""
+    for cmd in (PERF + ["true"], WARM[name]):
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def one(cmd, lib):
-    """(seconds, cpu seconds, folios added) of one run of cmd; with lib, preloaded and
-    timed until on disk."""
-    perf = ["perf", "stat", "-x,", "-e", "filemap:mm_filemap_add_to_page_cache", "--"]
-    env = dict(os.environ, LD_PRELOAD=lib) if lib else None
+    """(seconds, cpu seconds, folios added) of one run of cmd under perf; with lib,
+    preloaded and timed until on disk. perf's own time and CPU are in it."""
+    perf = PERF
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     # perf is told to preload nothing itself: LD_PRELOAD reaches the copier through env.
@@ -86,8 +111,10 @@ def one(cmd, lib):
         die(f"{cmd[0]} failed: {p.stderr.strip()[-300:]}")
     folios = None
     for line in p.stderr.splitlines():
-        if "mm_filemap_add_to_page_cache" in line:
+        if "mm_filemap_add_to_page_cache" in line and line.split(",")[0].isdigit():
             folios = int(line.split(",")[0])
+    if folios is None:
+        die(f"perf counted no folios: {p.stderr.strip()[-300:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return secs, cpu, folios
 
@@ -111,7 +138,13 @@ def main():
         die(f"SRC must be a file and DIR a directory ({a.src}, {a.dir})")
     dst = os.path.join(os.path.abspath(a.dir), "copier-work.dst")
     mib = os.path.getsize(src) // MIB
-    cases = {k: v for k, v in copiers(src, dst).items() if not a.only or k in a.only}
+    every = dict(copiers(src, dst), **{"perf alone": ["true"]})
+    unknown = set(a.only or []) - set(every)
+    if unknown:
+        die(f"no copier named {', '.join(sorted(unknown))}; there are: {', '.join(every)}")
+    if a.rounds < 1:
+        die("--rounds takes a number from 1")
+    cases = {k: v for k, v in every.items() if not a.only or k in a.only}
     got = {k: [] for k in cases}
     floors = []
     try:
@@ -122,6 +155,7 @@ def main():
                     os.unlink(dst)
                 drop_caches()
                 prepare(src, mib, cached=lib is None)
+                warm(name)
                 got[name].append(one(cases[name], lib))
             if a.floor:
                 if os.path.exists(dst):
@@ -148,7 +182,7 @@ def main():
     head = "until on disk" if lib else "seconds"
     print(f"\n{'copier':26} {head:>13} {'CPU s':>7} {'folios':>8} {'KiB/folio':>9}" + ("  by round" if floors else ""))
     for r in rows:
-        print(f"{r['copier']:26} {r['seconds']:13.2f} {r['cpu_s']:7.2f} {r['folios']:8} {r['kib_per_folio']:9}"
+        print(f"{r['copier']:26} {r['seconds']:13.2f} {r['cpu_s']:7.2f} {r['folios']:8} {r['kib_per_folio'] or '-':>9}"
               + (f"  {r['by_round']:.2f}x" if floors else ""))
     if floors:
         print(f"{'disk floor (+ sync)':26} {statistics.median(floors):13.2f}")

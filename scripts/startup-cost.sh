@@ -87,6 +87,8 @@ print(r, x, d, b)'
     }
     read -r dr dx dd db <<<"$(shape "$ROOT/target/release/libdropbehind.so")"
     read -r fr fx fd fb <<<"$(shape "$ROOT/target/release/librustfloor.so")"
+    # A failed readelf reads as empty segments: an unpadded floor must not pass as shaped.
+    [ "${dx:-0}" -gt 0 ] && [ "${fx:-0}" -gt 0 ] || { echo "startup-cost: can't read the libraries' segments (readelf)" >&2; exit 2; }
     pos() { [ "$1" -gt 0 ] && echo "$1" || echo 0; }
     (cd "$ROOT" && DROPBEHIND_PAD_TEXT=$(pos $((dx - fx))) DROPBEHIND_PAD_RODATA=$(pos $((dr - fr))) \
         DROPBEHIND_PAD_DATA=$(pos $((dd - fd))) DROPBEHIND_PAD_BSS=$(pos $((db - fb))) CARGO_TARGET_DIR="$ROOT/target/shaped-floor" \
