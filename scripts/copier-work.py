@@ -33,35 +33,22 @@ import sys
 import time
 from pathlib import Path
 
-MIB = 1 << 20
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import bench  # noqa: E402  (the benchmark's helpers, and s20's table of copiers)
+
+MIB = bench.MIB
 
 
 def copiers(src, dst):
-    """Each copier's command, and what to run first so that its own files (executable,
-    libraries, Python's modules) are cached, as s20 does (bench.warm_programs)."""
-    return {
-        "cp": ["cp", src, dst],
-        "dd bs=1M": ["dd", f"if={src}", f"of={dst}", "bs=1M", "status=none"],
-        "python3 shutil.copyfile": ["python3", "-c", "import shutil,sys; shutil.copyfile(*sys.argv[1:])", src, dst],
-        "cat F > G": ["sh", "-c", f'cat "{src}" > "{dst}"'],
-        "tar cf": ["tar", "cf", dst, "-C", str(Path(src).parent), Path(src).name],
-        # The same archive in 128 KiB records instead of 10 KiB.
-        "tar -b 256 cf": ["tar", "-b", "256", "-cf", dst, "-C", str(Path(src).parent), Path(src).name],
-        "rsync": ["rsync", src, dst],
-    }
-
-
-WARM = {
-    "cp": ["cp", "--version"],
-    "dd bs=1M": ["dd", "--version"],
-    "python3 shutil.copyfile": ["python3", "-c", "import shutil"],
-    "cat F > G": ["sh", "-c", "cat --version"],
-    "tar cf": ["tar", "--version"],
-    "tar -b 256 cf": ["tar", "--version"],
-    "rsync": ["rsync", "--version"],
-    # perf itself, counted in every run's time and CPU: its row says how much.
-    "perf alone": ["true"],
-}
+    """s20's copiers (the commands, and what reads each copier's own files first), and the
+    same tar in 128 KiB records instead of 10 KiB; the row "perf alone" runs perf's `true`."""
+    s20 = dict(bench.load_scenarios(["s20_copy_cold"]))["s20_copy_cold"]
+    cases, warm = s20.copiers(src, dst)
+    f = Path(src)
+    cases["tar -b 256 cf"] = ["tar", "-b", "256", "-cf", str(dst), "-C", str(f.parent), f.name]
+    warm["tar -b 256 cf"] = warm["tar cf"]
+    cases["perf alone"], warm["perf alone"] = ["true"], []
+    return cases, warm
 
 
 def die(msg):
@@ -69,29 +56,16 @@ def die(msg):
     sys.exit(2)
 
 
-def drop_caches():
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
-def prepare(src, mib, cached):
-    if cached:
-        with open(src, "rb") as f:
-            while f.read(8 * MIB):
-                pass
-    # Touch as much memory as the copy will take, so that no run pays a balloon's first
-    # touch for its page cache (bench/bench.py drop_caches says why).
-    touched = bytearray((mib + 256) * MIB)
-    del touched
-
-
 PERF = ["perf", "stat", "-x,", "-e", "filemap:mm_filemap_add_to_page_cache", "--"]
 
 
-def warm(name):
-    """Caches perf's and the copier's own files, outside the timing."""
-    for cmd in (PERF + ["true"], WARM[name]):
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def prepare(src, mib, warm, cached):
+    """As s20 before each run: caches dropped and memory touched (bench.drop_caches says
+    why), then the source read whole (when `cached`), perf's and the copier's files."""
+    bench.drop_caches(fault_in_mib=2 * mib + 256)
+    if cached:
+        bench.cache_files([src])
+    bench.warm_programs([PERF + ["true"], *warm])
 
 
 def one(cmd, lib):
@@ -138,7 +112,7 @@ def main():
         die(f"SRC must be a file and DIR a directory ({a.src}, {a.dir})")
     dst = os.path.join(os.path.abspath(a.dir), "copier-work.dst")
     mib = os.path.getsize(src) // MIB
-    every = dict(copiers(src, dst), **{"perf alone": ["true"]})
+    every, warm = copiers(src, dst)
     unknown = set(a.only or []) - set(every)
     if unknown:
         die(f"no copier named {', '.join(sorted(unknown))}; there are: {', '.join(every)}")
@@ -153,9 +127,7 @@ def main():
             for name in order:
                 if os.path.exists(dst):
                     os.unlink(dst)
-                drop_caches()
-                prepare(src, mib, cached=lib is None)
-                warm(name)
+                prepare(src, mib, warm[name], cached=lib is None)
                 got[name].append(one(cases[name], lib))
             if a.floor:
                 if os.path.exists(dst):

@@ -2,27 +2,27 @@
 import os
 import statistics
 import time
+from pathlib import Path
 from subprocess import PIPE
-from bench import EXAMPLES, ROOT, Cgroup, Contender, cached_mib, drop_caches, parse_json, run_checked, same_bytes, same_tar_member, warm_programs
+from bench import EXAMPLES, ROOT, Cgroup, Contender, cache_files, cached_mib, drop_caches, parse_json, run_checked, same_bytes, same_tar_member, warm_programs
 
 TITLE = "Cold copy of a big file"
 ORDER = 20
 
 
-def run(b):
-    mib = b.size(2048, 512)
-    src_dir, f = b.source_file(mib)
-    dst = b.work / "copy-dst"
+def copiers(f, dst):
+    """The copies of file `f` to `dst`, by name, and for each the commands that read the
+    copier's own files before its run (see bench.warm_programs; shim-tests/t_copy.sh's peaks
+    are taken the same way). scripts/copier-work.py times the same copiers."""
+    f, dst = Path(f), Path(dst)
     cases = {
         "cp": ["cp", str(f), str(dst)],
         "dd bs=1M": ["dd", f"if={f}", f"of={dst}", "bs=1M", "status=none"],
         "python3 shutil.copyfile": ["python3", "-c", "import shutil,sys; shutil.copyfile(*sys.argv[1:])", str(f), str(dst)],
         "cat F > G": ["sh", "-c", f'cat "{f}" > "{dst}"'],
-        "tar cf": ["tar", "cf", str(dst), "-C", str(src_dir), "F"],
+        "tar cf": ["tar", "cf", str(dst), "-C", str(f.parent), f.name],
         "rsync": ["rsync", str(f), str(dst)],
     }
-    # The copier's own files, read before each run (see bench.warm_programs);
-    # shim-tests/t_copy.sh's peaks are taken the same way.
     warm = {
         "cp": [["cp", "--version"]],
         "dd bs=1M": [["dd", "--version"]],
@@ -31,6 +31,14 @@ def run(b):
         "tar cf": [["tar", "--version"]],
         "rsync": [["rsync", "--version"]],
     }
+    return cases, warm
+
+
+def run(b):
+    mib = b.size(2048, 512)
+    _, f = b.source_file(mib)
+    dst = b.work / "copy-dst"
+    cases, warm = copiers(f, dst)
     conts = b.contenders("no shim", "dropbehind", "nocache") + [
         Contender("dd iflag=nocache oflag=nocache", lambda case, cmd: cmd + ["iflag=nocache", "oflag=nocache"] if case == "dd bs=1M" else None),
         Contender("RWF_DONTCACHE reference", lambda case, cmd: [str(EXAMPLES / "uncached"), "copy", str(f), str(dst)] if case == "cp" else None),
@@ -70,9 +78,7 @@ def run(b):
         if dst.exists():
             dst.unlink()
         drop_caches(fault_in_mib=2 * mib + 256)
-        with open(f, "rb") as src:
-            while src.read(8 << 20):
-                pass
+        cache_files([f])
         warm_programs(warm[case])
         with Cgroup() as cg:
             secs, _ = cg.run(cases[case])

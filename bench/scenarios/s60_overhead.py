@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 from subprocess import PIPE
-from bench import EXAMPLES, REL, ROOT, Contender, DamonPaused, Failed, drop_caches, make_file, parse_json, run_checked
+from bench import EXAMPLES, REL, ROOT, Contender, DamonPaused, Failed, cache_files, drop_caches, make_file, parse_json, run_checked
 
 TITLE = "Hot-path overhead"
 ORDER = 60
@@ -60,14 +60,6 @@ def small_files(root, n):
             (root / f"m{i:06}.py").write_bytes(os.urandom(1024 + (i * 37) % 3072))
         done.write_text("")
     return root
-
-
-def warm(paths):
-    """Reads files whole, without the shim, so that a run finds them cached."""
-    for p in paths:
-        with open(p, "rb") as f:
-            while f.read(1 << 20):
-                pass
 
 
 def evict(path):
@@ -135,7 +127,7 @@ def run(b):
         libs = [c.preload for c in spawn_conts + [nocache] if c.preload]
         for lib in libs:
             evict(lib)
-        warm(libs)
+        cache_files(libs)
         b.interleave(list(spawns), spawn_conts, b.size(31, 3), spawn)
     # nocache's constructor costs about 20 ms an exec: a reference, run 3 times.
     b.interleave(list(spawns), [nocache], b.size(3, 1), spawn)
@@ -170,7 +162,7 @@ def run(b):
         elif "small files" in case:
             # Cached before the run, whatever evicted them since: a cold small file read
             # whole is the shim's to drop (a tree stream), which is not this row's question.
-            warm(sorted(tree.iterdir()))
+            cache_files(sorted(tree.iterdir()))
         cmd = cases[case]
         _, out = run_checked(cmd, env=c.preload_env(), stdout=PIPE)
         j = parse_json(out, os.path.basename(cmd[0]))
