@@ -21,7 +21,7 @@
 # `--rust-floor` also builds and measures bench/rust-floor: the least a Rust preload with
 # panic containment carries (std, catch_unwind, a silent panic hook), linked as
 # libdropbehind.so is. `--shaped-floor` also builds it padded, segment by segment, to
-# libdropbehind.so's size (text, read-only data, bss) with bytes nothing touches: what the
+# libdropbehind.so's size (text, read-only data, data, bss) with bytes nothing touches: what the
 # library's size alone costs an exec, apart from anything its code does.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
