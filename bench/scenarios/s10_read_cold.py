@@ -1,6 +1,6 @@
 """Cold streaming reads (issue 2): peak memory-cgroup usage, cache left behind, wall time."""
 from subprocess import DEVNULL, PIPE
-from bench import EXAMPLES, MIB, Cgroup, Contender, cached_mib, digest, drop_caches, make_file, parse_json, warm_programs, Failed
+from bench import EXAMPLES, MIB, Cgroup, Contender, cached_mib, digest, drop_caches, make_file, parse_json, Failed
 
 TITLE = "Cold streaming read of a big file"
 ORDER = 10
@@ -38,7 +38,7 @@ def run(b):
             return None
         reference = cmd[0] == str(EXAMPLES / "uncached")
         drop_caches()
-        warm_programs(warm[case])
+        c.warm_up(warm[case])
         with Cgroup() as cg:
             secs, got = cg.run(cmd, env=c.env, stdout=PIPE if out or reference else DEVNULL,
                                expect_out=None if reference else out, expect_err=err)

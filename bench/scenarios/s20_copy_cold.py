@@ -52,7 +52,7 @@ def run(b):
             dst.unlink()
         # A plain copy takes the file's size twice in page cache.
         drop_caches(fault_in_mib=2 * mib + 256)
-        warm_programs(warm[case])
+        c.warm_up(warm[case])
         with Cgroup() as cg:
             secs, _ = cg.run(cmd, env=c.env)
             peak = cg.peak_mib()
@@ -115,6 +115,7 @@ def run(b):
         ratio_of=["seconds", "synced"],
         note="Plain copies return with the copy still dirty in memory; the sync column adds the time to write it out. "
              "Every copy is compared with its source (tar's through the archive); a copy that differs fails its contender. "
+             "Each run starts with the copier's and the contender's own files cached (the launcher and library, nocache's), as any use but the first would find them. "
              "Plain times vary a lot here: ext4 is mounted with `discard`, and deleting the previous 2 GiB copy stalls the next writer.",
     )
     b.summary("copy-cost", list(cases), "dropbehind", [("seconds", "by the command's clock"), ("synced", "until on disk")])
