@@ -8,7 +8,8 @@
 # loaded 2-CPU VM, 25 rounds or more.
 #
 #   scripts/startup-cost.sh [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults]
-#                           [--callgrind] [--rust-floor] [--shaped-floor] [name=path.so ...]
+#                           [--callgrind] [--rust-floor] [--shaped-floor] [--as-cached]
+#                           [name=path.so ...]
 #
 # Always measured: no preload, an empty library built here (one function, no constructor:
 # the floor any preload pays), libeatmydata when installed (package libeatmydata1), and
@@ -33,6 +34,7 @@ MODES="children shell"
 PER_SPAWN=0
 RUST_FLOOR=0
 SHAPED_FLOOR=0
+AS_CACHED=0
 extra=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -44,8 +46,9 @@ while [ $# -gt 0 ]; do
     --callgrind) CALLGRIND=1; shift ;;
     --rust-floor) RUST_FLOOR=1; shift ;;
     --shaped-floor) SHAPED_FLOOR=1; shift ;;
+    --as-cached) AS_CACHED=1; shift ;;
     *=*) extra+=("$1"); shift ;;
-    *) echo "usage: $0 [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults] [--callgrind] [--rust-floor] [--shaped-floor] [name=lib.so ...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults] [--callgrind] [--rust-floor] [--shaped-floor] [--as-cached] [name=lib.so ...]" >&2; exit 2 ;;
     esac
 done
 
@@ -105,7 +108,8 @@ n=${#names[@]}
 # (written through a mapping) or a library faulted in page by page cost 13-20 us more an
 # exec of /bin/true than the same bytes read whole with read(2), as a copy or an installed
 # package is (bench/results/overhead-i16.md).
-python3 - "${libs[@]:1}" <<'PY'
+# `--as-cached` leaves each library cached as it is, to compare ways of caching one.
+[ "$AS_CACHED" = 1 ] || python3 - "${libs[@]:1}" <<'PY'
 import os, sys
 for p in sys.argv[1:]:
     fd = os.open(p, os.O_RDONLY)
