@@ -70,8 +70,8 @@ def warm_programs(cmds, env=None):
     uses) outside any memory group, after drop_caches: the program's executable, libraries
     and modules are cached wherever it runs, the same with or without a shim, and are not a
     run's footprint (Python's were 13 MiB of a copy's peak). The same holds for a
-    contender's own files (`Contender.warm`: the launcher and the library, 2.7 MiB of a
-    copy's peak when read inside the group)."""
+    contender's own files (`Contender.warm`: the launcher and the library; read inside the
+    group, they put copyfile's s20 peak at 65-66 MiB instead of 63)."""
     for cmd in cmds:
         run_checked(cmd, env=env, expect_err=None)
 

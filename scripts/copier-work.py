@@ -71,11 +71,10 @@ def prepare(src, mib, warm, cached):
 def one(cmd, lib):
     """(seconds, cpu seconds, folios added) of one run of cmd under perf; with lib,
     preloaded and timed until on disk. perf's own time and CPU are in it."""
-    perf = PERF
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     # perf is told to preload nothing itself: LD_PRELOAD reaches the copier through env.
-    p = subprocess.run(perf + (["env", f"LD_PRELOAD={lib}"] if lib else []) + cmd,
+    p = subprocess.run(PERF + (["env", f"LD_PRELOAD={lib}"] if lib else []) + cmd,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if lib:
         os.sync()

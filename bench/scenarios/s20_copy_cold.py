@@ -4,7 +4,7 @@ import statistics
 import time
 from pathlib import Path
 from subprocess import PIPE
-from bench import EXAMPLES, ROOT, Cgroup, Contender, cache_files, cached_mib, drop_caches, parse_json, run_checked, same_bytes, same_tar_member, warm_programs
+from bench import EXAMPLES, ROOT, Cgroup, Contender, cache_files, cached_mib, drop_caches, parse_json, run_checked, same_bytes, same_tar_member
 
 TITLE = "Cold copy of a big file"
 ORDER = 20
@@ -80,7 +80,7 @@ def run(b):
             dst.unlink()
         drop_caches(fault_in_mib=2 * mib + 256)
         cache_files([f])
-        warm_programs(warm[case])
+        own.warm_up(warm[case])
         with Cgroup() as cg:
             secs, _ = cg.run(cases[case])
         os.sync()
