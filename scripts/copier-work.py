@@ -8,11 +8,15 @@ to write back and, for a bounded copy, to drop. Before each run the copier's own
 perf's are read (outside the timing); perf's own cost is in every row, and the row
 "perf alone" (perf running `true`) shows how much.
 
-    scripts/copier-work.py SRC DIR [--rounds N] [--only NAME...] [--lib LIB] [--floor]
+    scripts/copier-work.py SRC DIR [--rounds N] [--only NAME...] [--lib LIB...] [--floor]
 
 With --lib, each copier runs instead as s20 runs it: the source evicted, under
 LD_PRELOAD=LIB, timed until on disk (the copy, then sync); the CPU then includes the
-library's writeback thread, and the folios the source's too. --floor adds
+library's writeback thread, and the folios the source's too. With two or more, each copier
+runs under each library in every round (their order reversed every other round), and each
+library's row gives the median of its rounds' ratios to the first library's. Every row
+also counts the times the copier's threads were switched out (context switches, voluntary
+and involuntary: a helper thread waking often preempts the program). --floor adds
 scripts/copy-floor.sh once a round, and each run's ratio to its round's floor: without
 --lib, how the copier's own work, with no byte waiting for the disk, compares with the disk
 floor a bounded copy is held against. Needs root (drop_caches) and perf.
@@ -59,18 +63,20 @@ def die(msg):
 PERF = ["perf", "stat", "-x,", "-e", "filemap:mm_filemap_add_to_page_cache", "--"]
 
 
-def prepare(src, mib, warm, cached):
+def prepare(src, mib, warm, lib):
     """As s20 before each run: caches dropped and memory touched (bench.drop_caches says
-    why), then the source read whole (when `cached`), perf's and the copier's files."""
+    why), then the source read whole (without `lib`), perf's, the copier's and the
+    library's files."""
     bench.drop_caches(fault_in_mib=2 * mib + 256)
-    if cached:
+    if not lib:
         bench.cache_files([src])
-    bench.warm_programs([PERF + ["true"], *warm])
+    bench.warm_programs([PERF + ["true"], *warm] + ([["env", f"LD_PRELOAD={lib}", "true"]] if lib else []))
 
 
 def one(cmd, lib):
-    """(seconds, cpu seconds, folios added) of one run of cmd under perf; with lib,
-    preloaded and timed until on disk. perf's own time and CPU are in it."""
+    """(seconds, cpu seconds, folios added, voluntary and involuntary context switches) of
+    one run of cmd under perf; with lib, preloaded and timed until on disk. perf's own time,
+    CPU and switches are in it."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     # perf is told to preload nothing itself: LD_PRELOAD reaches the copier through env.
@@ -89,7 +95,7 @@ def one(cmd, lib):
     if folios is None:
         die(f"perf counted no folios: {p.stderr.strip()[-300:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return secs, cpu, folios
+    return secs, cpu, folios, after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw
 
 
 def main():
@@ -98,10 +104,12 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", nargs="*", help="copier names, as printed")
-    ap.add_argument("--lib", help="run each copier cold under this preload, until on disk")
+    ap.add_argument("--lib", nargs="+", default=[], help="run each copier cold under each of these preloads, until on disk")
     ap.add_argument("--floor", action="store_true", help="copy-floor.sh each round, and each run against it")
     a = ap.parse_args()
-    lib = os.path.abspath(a.lib) if a.lib else None
+    libs = [os.path.abspath(x) for x in a.lib] or [None]
+    if any(lib and not os.path.isfile(lib) for lib in libs):
+        die(f"no such library among {', '.join(a.lib)}")
     if os.geteuid() != 0:
         die("needs root (drop_caches)")
     if not shutil.which("perf"):
@@ -118,16 +126,17 @@ def main():
     if a.rounds < 1:
         die("--rounds takes a number from 1")
     cases = {k: v for k, v in every.items() if not a.only or k in a.only}
-    got = {k: [] for k in cases}
+    runs_of = [(k, lib) for k in cases for lib in libs]
+    got = {k: [] for k in runs_of}
     floors = []
     try:
         for r in range(a.rounds):
-            order = list(cases) if r % 2 == 0 else list(reversed(cases))
-            for name in order:
+            order = runs_of if r % 2 == 0 else list(reversed(runs_of))
+            for name, lib in order:
                 if os.path.exists(dst):
                     os.unlink(dst)
-                prepare(src, mib, warm[name], cached=lib is None)
-                got[name].append(one(cases[name], lib))
+                prepare(src, mib, warm[name], lib)
+                got[(name, lib)].append(one(cases[name], lib))
             if a.floor:
                 if os.path.exists(dst):
                     os.unlink(dst)
@@ -138,23 +147,31 @@ def main():
         if os.path.exists(dst):
             os.unlink(dst)
     rows = []
-    for name, runs in got.items():
-        secs, cpu, folios = (statistics.median(x) for x in zip(*runs))
-        row = dict(copier=name, seconds=round(secs, 3), cpu_s=round(cpu, 3), folios=int(folios),
+    for (name, lib), runs in got.items():
+        secs, cpu, folios, vcsw, ivcsw = (statistics.median(x) for x in zip(*runs))
+        row = dict(copier=name, lib=lib, seconds=round(secs, 3), cpu_s=round(cpu, 3), folios=int(folios),
                    kib_per_folio=round(mib * 1024 / folios, 1) if folios else None,
-                   runs=[[round(s, 3), round(c, 3), f] for s, c, f in runs])
+                   switches=int(vcsw), preempted=int(ivcsw),
+                   runs=[[round(s, 3), round(c, 3), f, v, i] for s, c, f, v, i in runs])
         if floors:
             # The median of each round's ratio to that round's floor.
-            row["by_round"] = round(statistics.median(s / f for (s, _, _), f in zip(runs, floors)), 3)
+            row["by_round"] = round(statistics.median(x[0] / f for x, f in zip(runs, floors)), 3)
+        if lib != libs[0]:
+            first = got[(name, libs[0])]
+            row["vs_first"] = round(statistics.median(x[0] / y[0] for x, y in zip(runs, first)), 3)
         rows.append(row)
         print(json.dumps(row))
     if floors:
         print(json.dumps(dict(floor_s=round(statistics.median(floors), 3), runs=floors)))
-    head = "until on disk" if lib else "seconds"
-    print(f"\n{'copier':26} {head:>13} {'CPU s':>7} {'folios':>8} {'KiB/folio':>9}" + ("  by round" if floors else ""))
+    head = "until on disk" if libs[0] else "seconds"
+    many = len(libs) > 1
+    print(f"\n{'copier':26} {'library':>16} {head:>13} {'CPU s':>7} {'folios':>8} {'KiB/folio':>9} {'switches':>9} {'preempted':>9}"
+          + ("  by round" if floors else "") + ("  vs the first" if many else ""))
     for r in rows:
-        print(f"{r['copier']:26} {r['seconds']:13.2f} {r['cpu_s']:7.2f} {r['folios']:8} {r['kib_per_folio'] or '-':>9}"
-              + (f"  {r['by_round']:.2f}x" if floors else ""))
+        name = os.path.basename(r["lib"]) if r["lib"] else "-"
+        print(f"{r['copier']:26} {name[-16:]:>16} {r['seconds']:13.2f} {r['cpu_s']:7.2f} {r['folios']:8} {r['kib_per_folio'] or '-':>9}"
+              f" {r['switches']:9} {r['preempted']:9}"
+              + (f"  {r['by_round']:.2f}x" if floors else "") + (f"  {r['vs_first']:.2f}x" if "vs_first" in r else ""))
     if floors:
         print(f"{'disk floor (+ sync)':26} {statistics.median(floors):13.2f}")
 
