@@ -14,9 +14,11 @@ With --lib, each copier runs instead as s20 runs it: the source evicted, under
 LD_PRELOAD=LIB, timed until on disk (the copy, then sync); the CPU then includes the
 library's writeback thread, and the folios the source's too. With two or more, each copier
 runs under each library in every round (their order reversed every other round), and each
-library's row gives the median of its rounds' ratios to the first library's. Every row
-also counts the times the copier's threads were switched out (context switches, voluntary
-and involuntary: a helper thread waking often preempts the program). --floor adds
+library's row gives the median of its rounds' ratios to the first library's (libraries
+are numbered in the table, in the order given; give an even number of rounds, so that
+each goes first equally often). Every row also counts the times the copier's threads were
+switched out, voluntarily and not ("preempted": a helper thread waking often takes the
+CPU from the program); both counts include perf's and the library's own threads. --floor adds
 scripts/copy-floor.sh once a round, and each run's ratio to its round's floor: without
 --lib, how the copier's own work, with no byte waiting for the disk, compares with the disk
 floor a bounded copy is held against. Needs root (drop_caches) and perf.
@@ -110,6 +112,8 @@ def main():
     libs = [os.path.abspath(x) for x in a.lib] or [None]
     if any(lib and not os.path.isfile(lib) for lib in libs):
         die(f"no such library among {', '.join(a.lib)}")
+    if len(set(libs)) != len(libs):
+        die("a library is named twice: copy it under another name to compare it with itself")
     if os.geteuid() != 0:
         die("needs root (drop_caches)")
     if not shutil.which("perf"):
@@ -151,7 +155,7 @@ def main():
         secs, cpu, folios, vcsw, ivcsw = (statistics.median(x) for x in zip(*runs))
         row = dict(copier=name, lib=lib, seconds=round(secs, 3), cpu_s=round(cpu, 3), folios=int(folios),
                    kib_per_folio=round(mib * 1024 / folios, 1) if folios else None,
-                   switches=int(vcsw), preempted=int(ivcsw),
+                   switches=round(vcsw), preempted=round(ivcsw),
                    runs=[[round(s, 3), round(c, 3), f, v, i] for s, c, f, v, i in runs])
         if floors:
             # The median of each round's ratio to that round's floor.
@@ -168,12 +172,15 @@ def main():
     print(f"\n{'copier':26} {'library':>16} {head:>13} {'CPU s':>7} {'folios':>8} {'KiB/folio':>9} {'switches':>9} {'preempted':>9}"
           + ("  by round" if floors else "") + ("  vs the first" if many else ""))
     for r in rows:
-        name = os.path.basename(r["lib"]) if r["lib"] else "-"
-        print(f"{r['copier']:26} {name[-16:]:>16} {r['seconds']:13.2f} {r['cpu_s']:7.2f} {r['folios']:8} {r['kib_per_folio'] or '-':>9}"
+        name = f"{libs.index(r['lib']) + 1}: {os.path.basename(r['lib'])[-13:]}" if r["lib"] else "-"
+        print(f"{r['copier']:26} {name:>16} {r['seconds']:13.2f} {r['cpu_s']:7.2f} {r['folios']:8} {r['kib_per_folio'] or '-':>9}"
               f" {r['switches']:9} {r['preempted']:9}"
               + (f"  {r['by_round']:.2f}x" if floors else "") + (f"  {r['vs_first']:.2f}x" if "vs_first" in r else ""))
     if floors:
         print(f"{'disk floor (+ sync)':26} {statistics.median(floors):13.2f}")
+    if many:
+        for i, lib in enumerate(libs, 1):
+            print(f"library {i}: {lib}")
 
 
 if __name__ == "__main__":

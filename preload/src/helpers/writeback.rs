@@ -33,9 +33,10 @@ pub const RUNS: usize = 8;
 /// Jobs handed over at once.
 const JOBS: usize = 8;
 /// The naps of `linger`: short enough that a program writing a small file every 25 us
-/// does not fill the queue meanwhile, 2 ms in all.
+/// does not fill the queue meanwhile.
 const LINGER_NAP_US: u64 = 200;
 const LINGER_NAPS: u32 = 10;
+/// How long `linger` waits in all: 2 ms.
 const LINGER_SPAN: Duration = Duration::from_micros(LINGER_NAP_US * LINGER_NAPS as u64);
 /// What the jobs in flight may weigh, in windows, before the program waits
 /// (`Job::weight`): one job (window i started, i-7 settling) while the program writes
@@ -390,9 +391,10 @@ fn run() {
 enum Idle {
     /// Jobs came within `LINGER_SPAN` (a tree's files): linger before sleeping.
     Short,
-    /// The last job came later (a big stream's windows, every few ms): sleep at once. Its
-    /// naps only preempted the program: rsync of a 2 GiB file was switched out
-    /// involuntarily 4,700 times with them, 1,600 without (bench/results/copies-at-the-floor.md).
+    /// The last job came later (a big stream's windows, every few ms): sleep at once.
+    /// Lingering's naps there only preempted the program: rsync of a 2 GiB file was
+    /// switched out involuntarily 5,351 times with them, 2,225 without
+    /// (bench/results/copies-at-the-floor.md).
     Long,
 }
 
@@ -406,8 +408,8 @@ impl Idle {
     }
 }
 
-/// Before the thread sleeps, where only a futex wake from the program brings it back: a
-/// few short naps in which a job may come. A tree's files come one by one, often every
+/// Before the thread sleeps, where only a futex wake from the program brings it back, while
+/// `Idle::Short`: a few short naps in which a job may come. A tree's files come one by one, often every
 /// 50-200 us, and each wake cost the program's thread about 15 us (an IPI from a guest):
 /// `shutil.copytree` of 50,000 files of 8 KiB spent 0.8 s of its 10 s in `futex_wake`.
 /// True when a job came.
