@@ -95,3 +95,22 @@ if have strace; then
 else
     skip "no fsync added: strace missing"
 fi
+
+# A writer whose windows come far apart (2 MiB every 8 ms or more: rsync's receiver, one
+# every 3-4 ms) gets one wake of the writeback helper a window, not the naps kept for a
+# tree's files (writeback.rs, `Idle`): 42 switches for 32 windows, 344 with the naps.
+rm -f "$d/out"
+switches=$(shim python3 -c '
+import os, sys, time
+out = open(sys.argv[1], "wb", buffering=0)
+chunk = os.urandom(256 << 10)
+for _ in range(256):
+    out.write(chunk)
+    time.sleep(0.001)
+n = -1
+for t in os.listdir("/proc/self/task"):
+    if open(f"/proc/self/task/{t}/comm").read().strip() == "dropbehind-wb":
+        n = next(int(l.split()[1]) for l in open(f"/proc/self/task/{t}/status") if l.startswith("voluntary_ctxt_switches"))
+print(n)' "$d/out")
+check "a slow writer's 32 windows: the writeback helper switched out at most 128 times ($switches)" \
+    '[ "$switches" -ge 1 ] && [ "$switches" -le 128 ]'

@@ -394,7 +394,7 @@ enum Idle {
     /// The last job came later (a big stream's windows, every few ms): sleep at once.
     /// Lingering's naps there only preempted the program: rsync of a 2 GiB file was
     /// switched out involuntarily 5,351 times with them, 2,225 without
-    /// (bench/results/copies-at-the-floor.md).
+    /// (bench/results/copies-at-the-floor.md; shim-tests/t_copy.sh counts the helper's).
     Long,
 }
 
@@ -409,8 +409,8 @@ impl Idle {
 }
 
 /// Before the thread sleeps, where only a futex wake from the program brings it back, while
-/// `Idle::Short`: a few short naps in which a job may come. A tree's files come one by one, often every
-/// 50-200 us, and each wake cost the program's thread about 15 us (an IPI from a guest):
+/// `Idle::Short`: a few short naps in which a job may come. A tree's files come one by one,
+/// often every 50-200 us, and each wake cost the program's thread about 15 us (an IPI from a guest):
 /// `shutil.copytree` of 50,000 files of 8 KiB spent 0.8 s of its 10 s in `futex_wake`.
 /// True when a job came.
 fn linger() -> bool {
