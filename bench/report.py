@@ -230,7 +230,8 @@ def update_readme(results, check=False):
 
 def merge(run_path, latest_path):
     """Replaces, in the full run, every scenario the later run has: its sections (in the full
-    run's order), samples and plots, and notes where they came from."""
+    run's order; a scenario the full run lacks after those whose names sort before it),
+    samples and plots, and notes where they came from."""
     run, latest = json.loads(run_path.read_text()), json.loads(latest_path.read_text())
     if run.get("format") != 2 or run.get("mode") != "bench" or run.get("vs_lib"):
         sys.exit(f"report: {run_path} is not a --full run of this build alone: not merged")
@@ -242,7 +243,10 @@ def merge(run_path, latest_path):
                 sections += [x for x in run["sections"] if x["scenario"] == sec["scenario"]]
         else:
             sections.append(sec)
-    sections += [x for x in run["sections"] if x["scenario"] not in {y["scenario"] for y in sections}]
+    # Names sort as the suite runs them (sNN_...).
+    for x in [x for x in run["sections"] if x["scenario"] not in {y["scenario"] for y in sections}]:
+        at = max((i + 1 for i, y in enumerate(sections) if y["scenario"] <= x["scenario"]), default=0)
+        sections.insert(at, x)
     latest["sections"] = sections
     latest["samples"] = [x for x in latest["samples"] if x["scenario"] not in scens] + run["samples"]
     latest["plots"] = sorted(set(latest["plots"]) | set(run["plots"]))

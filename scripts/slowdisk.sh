@@ -5,6 +5,7 @@
 #
 #   scripts/slowdisk.sh up DIR [--fs ext4|xfs|btrfs|ext2] [--delay-ms 2] [--size 4G] [--ra-kb 128]
 #                              [--image FILE] [--fail-writes TRIGGER]
+#                              [--rate MIBPS]
 #   scripts/slowdisk.sh down DIR
 #   scripts/slowdisk.sh check      (exit 0 if this machine can build one; says why not)
 #
@@ -12,7 +13,13 @@
 # nbdkit's file plugin instead of a fresh, empty memory disk; writes stay in nbdkit's memory
 # (cow filter), so the image is never changed. `--fail-writes TRIGGER` puts nbdkit's error
 # filter in front of a memory disk: while the file TRIGGER exists, every write fails with
-# EIO (a failing device, for the writeback-error tests). `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
+# EIO (a failing device, for the writeback-error tests). `--rate MIBPS` puts nbdkit's rate
+# filter in front of a memory disk: reads and writes each limited to MIBPS MiB/s, separately,
+# so reading and writing at once can take MIBPS each way; the rate is then the only limit
+# and a flush costs nothing, so a copy's floor is its size over MIBPS, with no host cache in
+# the way (bench/results/copies-at-the-floor.md).
+#
+# `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
 # loop devices. The loop device's read_ahead_kb is pinned (default 128, the usual disk
 # default): fresh loop devices here came up with 128 once and 2560 another time.
 set -euo pipefail
@@ -38,7 +45,7 @@ mkfs_for() { # FS DEVICE
 
 up() {
     local dir=$1; shift
-    local fs=ext4 delay=2 size=4G ra=128 image= fail=()
+    local fs=ext4 delay=2 size=4G ra=128 image= fail=() rate=()
     while [ $# -gt 0 ]; do
         case $1 in
             --fs) fs=$2; shift 2 ;;
@@ -47,6 +54,10 @@ up() {
             --ra-kb) ra=$2; shift 2 ;;
             --image) image=$(realpath "$2"); shift 2 ;;
             --fail-writes) fail=(--filter=error error-pwrite=EIO error-pwrite-rate=100% "error-file=$2"); shift 2 ;;
+            --rate) [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--rate takes MiB/s, a whole number"
+                # A bucket of 0.2 s: after idling, 0.2 s of the rate goes through at once,
+                # 4% of a 5 s copy (the default 2 s would be 40%).
+                rate=(--filter=rate "rate=$(($2 * 8 * 1024 * 1024))" burstiness=0.2); shift 2 ;;
             *) die "unknown option $1" ;;
         esac
     done
@@ -58,13 +69,14 @@ up() {
     # $(slowdisk.sh up ...) waiting for ever.
     if [ -n "$image" ]; then
         [ -f "$image" ] || die "no image $image"
+        [ ${#rate[@]} = 0 ] || die "--rate serves a memory disk, not --image"
         nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
             --filter=delay --filter=cow file "$image" rdelay="${delay}ms" wdelay="${delay}ms" \
             </dev/null >"$dir/nbdkit.log" 2>&1
     else
         nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
-            "${fail[@]:0:1}" --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
-            "${fail[@]:1}" \
+            "${rate[@]:0:1}" "${fail[@]:0:1}" --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
+            "${fail[@]:1}" "${rate[@]:1}" \
             </dev/null >"$dir/nbdkit.log" 2>&1
     fi
     for _ in $(seq 50); do [ -S "$dir/nbd.sock" ] && break; sleep 0.1; done
@@ -98,5 +110,5 @@ case ${1:-} in
     down) shift; [ $# -ge 1 ] || die "usage: slowdisk.sh down DIR"; down "$1" ;;
     check) check ;;
     mkfs) shift; mkfs_for "$@" ;;
-    *) die "usage: slowdisk.sh up DIR [--fs F] [--delay-ms N] [--size S] [--ra-kb N] | down DIR | check" ;;
+    *) die "usage: slowdisk.sh up DIR [--fs F] [--delay-ms N] [--size S] [--ra-kb N] [--rate MIBPS] | down DIR | check" ;;
 esac

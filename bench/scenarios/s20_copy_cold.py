@@ -34,39 +34,63 @@ def copiers(f, dst):
     return cases, warm
 
 
-def run(b):
-    mib = b.size(2048, 512)
-    _, f = b.source_file(mib)
-    dst = b.work / "copy-dst"
-    cases, warm = copiers(f, dst)
-    conts = b.contenders("no shim", "dropbehind", "nocache") + [
+def copy_contenders(b, f, dst):
+    """The contenders of a cold copy of `f` to `dst`: no shim, dropbehind, nocache, dd's own
+    nocache flags and the kernel's RWF_DONTCACHE (examples/uncached)."""
+    return b.contenders("no shim", "dropbehind", "nocache") + [
         Contender("dd iflag=nocache oflag=nocache", lambda case, cmd: cmd + ["iflag=nocache", "oflag=nocache"] if case == "dd bs=1M" else None),
         Contender("RWF_DONTCACHE reference", lambda case, cmd: [str(EXAMPLES / "uncached"), "copy", str(f), str(dst)] if case == "cp" else None,
                   warm=[[str(EXAMPLES / "uncached"), "--help"]]),
     ]
 
+
+def copy_once(c, case, cmd, warm, f, dst, mib, sync=os.sync):
+    """One cold copy (`cmd`, already wrapped by contender `c`) of `f` to `dst`, alone in a
+    fresh memory cgroup: its time, its time until on disk (then `sync()`), its peak and
+    what it left cached. A copy that differs from its source fails the run."""
+    if dst.exists():
+        dst.unlink()
+    # A plain copy takes the file's size twice in page cache.
+    drop_caches(fault_in_mib=2 * mib + 256)
+    c.warm_up(warm)
+    with Cgroup() as cg:
+        secs, _ = cg.run(cmd, env=c.env)
+        peak = cg.peak_mib()
+        # A copy is done when its data is on disk: what the copier left dirty, sync writes.
+        t0 = time.monotonic()
+        sync()
+        synced = secs + time.monotonic() - t0
+        src_left, dst_left = cached_mib(f), cached_mib(dst)
+    if case == "tar cf":
+        same_tar_member(f, dst, f.name)
+    else:
+        same_bytes(f, dst)
+    return dict(seconds=secs, synced=synced, peak_mib=peak, src_left=src_left, dst_left=dst_left)
+
+
+def floor_once(f, dst, work):
+    """scripts/copy-floor.sh's fio floor for copying `f`, with `dst` out of the way."""
+    if dst.exists():
+        dst.unlink()
+    _, out = run_checked([str(ROOT / "scripts" / "copy-floor.sh"), str(f), str(work)], stdout=PIPE, expect_err=None)
+    return parse_json(out.strip().splitlines()[-1] if out.strip() else b"", "copy-floor.sh")
+
+
+COPY_METRICS = [("peak_mib", "peak cgroup MiB", "{:.0f}"), ("src_left", "source cached after, MiB", "{:.1f}"),
+                ("dst_left", "copy cached after, MiB", "{:.1f}"), ("seconds", "seconds", "{:.2f}"),
+                ("synced", "seconds until on disk (+ sync)", "{:.2f}")]
+
+
+def run(b):
+    mib = b.size(2048, 512)
+    _, f = b.source_file(mib)
+    dst = b.work / "copy-dst"
+    cases, warm = copiers(f, dst)
+    conts = copy_contenders(b, f, dst)
+
     def one(case, c):
         cmd = c.wrap(case, cases[case])
-        if cmd is None:
-            return None
-        if dst.exists():
-            dst.unlink()
-        # A plain copy takes the file's size twice in page cache.
-        drop_caches(fault_in_mib=2 * mib + 256)
-        c.warm_up(warm[case])
-        with Cgroup() as cg:
-            secs, _ = cg.run(cmd, env=c.env)
-            peak = cg.peak_mib()
-            # A copy is done when its data is on disk: what the copier left dirty, sync writes.
-            t0 = time.monotonic()
-            os.sync()
-            synced = secs + time.monotonic() - t0
-            src_left, dst_left = cached_mib(f), cached_mib(dst)
-        if case == "tar cf":
-            same_tar_member(f, dst, "F")
-        else:
-            same_bytes(f, dst)
-        return dict(seconds=secs, synced=synced, peak_mib=peak, src_left=src_left, dst_left=dst_left)
+        return None if cmd is None else copy_once(c, case, cmd, warm[case], f, dst, mib)
 
     # What the copier itself costs, apart from the disk (scripts/copier-work.py measures the
     # same by hand): no shim, its source cached, its copy left in memory. A copy can't end
@@ -93,26 +117,18 @@ def run(b):
     floor = "disk floor"
     fio = Contender("fio O_DIRECT")
 
-    def one_floor():
-        if dst.exists():
-            dst.unlink()
-        _, out = run_checked([str(ROOT / "scripts" / "copy-floor.sh"), str(f), str(b.work)], stdout=PIPE, expect_err=None)
-        return parse_json(out.strip().splitlines()[-1] if out.strip() else b"", "copy-floor.sh")
-
     def either(case, c):
         if (case == floor) != (c is fio):
             return None
         if c is own:
             return one_own(case)
-        return one_floor() if c is fio else one(case, c)
+        return floor_once(f, dst, b.work) if c is fio else one(case, c)
 
     b.interleave(list(cases) + [floor], conts + [own, fio], b.size(3, 1), either)
     b.table(
         f"Cold copy of a {mib} MiB file, each run alone in a fresh memory cgroup",
         list(cases), conts,
-        [("peak_mib", "peak cgroup MiB", "{:.0f}"), ("src_left", "source cached after, MiB", "{:.1f}"),
-         ("dst_left", "copy cached after, MiB", "{:.1f}"), ("seconds", "seconds", "{:.2f}"),
-         ("synced", "seconds until on disk (+ sync)", "{:.2f}")],
+        COPY_METRICS,
         ratio_of=["seconds", "synced"],
         note="Plain copies return with the copy still dirty in memory; the sync column adds the time to write it out. "
              "Every copy is compared with its source (tar's through the archive); a copy that differs fails its contender. "
