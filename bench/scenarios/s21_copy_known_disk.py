@@ -62,9 +62,10 @@ def measure(b, s20, mib, rate, mnt):
     if quiet(["dd", f"if={local}", f"of={f}", "bs=4M", "oflag=direct", "status=none"]).returncode != 0:
         b.text(f"### {TITLE}\n\nSkipped: could not write the source file on the fixture.\n")
         return
-    # A copy's sync flushes the fixture only: the root disk's host cache is what this
-    # scenario keeps out.
-    sync = lambda: quiet(["sync", "-f", str(dst)])  # noqa: E731
+    def sync():
+        # The fixture only: the root disk's host cache is what this scenario keeps out.
+        quiet(["sync", "-f", str(dst)])
+
     cases, warm = s20.copiers(f, dst)
     conts = s20.copy_contenders(b, f, dst)
     floor, fio = "disk floor", Contender("fio O_DIRECT")
