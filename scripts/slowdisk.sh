@@ -5,19 +5,25 @@
 #
 #   scripts/slowdisk.sh up DIR [--fs ext4|xfs|btrfs|ext2] [--delay-ms 2] [--size 4G] [--ra-kb 128]
 #                              [--image FILE] [--fail-writes TRIGGER]
-#                              [--rate MIBPS]
+#   scripts/slowdisk.sh up DIR --rate MIBPS [--fs F] [--size S] [--ra-kb N]
 #   scripts/slowdisk.sh down DIR
-#   scripts/slowdisk.sh check      (exit 0 if this machine can build one; says why not)
+#   scripts/slowdisk.sh check [--rate]   (exit 0 if this machine can build one; says why not)
 #
 # `--image FILE` serves a filesystem image made beforehand (scripts/aged-image.sh) through
 # nbdkit's file plugin instead of a fresh, empty memory disk; writes stay in nbdkit's memory
 # (cow filter), so the image is never changed. `--fail-writes TRIGGER` puts nbdkit's error
 # filter in front of a memory disk: while the file TRIGGER exists, every write fails with
-# EIO (a failing device, for the writeback-error tests). `--rate MIBPS` puts nbdkit's rate
-# filter in front of a memory disk: reads and writes each limited to MIBPS MiB/s, separately,
-# so reading and writing at once can take MIBPS each way; the rate is then the only limit
-# and a flush costs nothing, so a copy's floor is its size over MIBPS, with no host cache in
-# the way (bench/results/copies-at-the-floor.md).
+# EIO (a failing device, for the writeback-error tests).
+#
+# `--rate MIBPS` is another disk: a file on a private tmpfs, attached to a loop device and
+# limited by the kernel's block throttle (the cgroup v1 blkio controller's root group, which
+# holds the flusher threads too) to MIBPS MiB/s of reads and MIBPS of writes, separately, so
+# reading and writing at once can take MIBPS each way. No latency, nothing cached below, a
+# flush that costs nothing: a copy's floor is its size over MIBPS. nbdkit's rate filter did
+# the same through nbdfuse at 4 CPU-seconds per 2 GiB copy on two CPUs, which copiers that
+# need CPU themselves felt; this costs the loop worker's memory copies
+# (bench/results/copies-at-the-floor.md). Its memory is allocated when it comes up, and
+# `down` lifts the throttle before the loop device goes back.
 #
 # `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
 # loop devices. The loop device's read_ahead_kb is pinned (default 128, the usual disk
@@ -26,8 +32,16 @@ set -euo pipefail
 
 die() { echo "slowdisk: $*" >&2; exit 2; }
 
+THROTTLE=/sys/fs/cgroup/blkio/blkio.throttle
+
 check() {
     [ "$(id -u)" = 0 ] || die "needs root"
+    if [ "${1:-}" = --rate ]; then
+        [ -w "$THROTTLE.write_bps_device" ] \
+            || die "--rate needs the cgroup v1 blkio controller's throttle ($THROTTLE.*_bps_device)"
+        losetup -f >/dev/null 2>&1 || die "no free loop device"
+        return
+    fi
     for t in nbdkit nbdfuse losetup mount; do command -v $t >/dev/null || die "needs $t (apt-get install nbdkit libnbd-bin)"; done
     [ -e /dev/fuse ] || die "needs /dev/fuse"
     losetup -f >/dev/null 2>&1 || die "no free loop device"
@@ -35,7 +49,10 @@ check() {
 
 mkfs_for() { # FS DEVICE
     case $1 in
-        ext4) mkfs.ext4 -q -F -i 4096 "$2" ;;  # room for a million small files
+        # Room for a million small files. EAGER: inode tables and journal written now, not
+        # by ext4's lazy init while something is being measured, and no discard (it would
+        # give back the memory a --rate disk allocated up front).
+        ext4) mkfs.ext4 -q -F -i 4096 ${EAGER:+-E lazy_itable_init=0,lazy_journal_init=0,nodiscard} "$2" ;;
         ext2) mkfs.ext2 -q -F "$2" ;;  # no journal: a failed data write fails only its file
         xfs) mkfs.xfs -q -f "$2" ;;
         btrfs) mkfs.btrfs -q -f "$2" >/dev/null ;;
@@ -45,7 +62,7 @@ mkfs_for() { # FS DEVICE
 
 up() {
     local dir=$1; shift
-    local fs=ext4 delay=2 size=4G ra=128 image= fail=() rate=()
+    local fs=ext4 delay=2 size=4G ra=128 image= fail=() rate=
     while [ $# -gt 0 ]; do
         case $1 in
             --fs) fs=$2; shift 2 ;;
@@ -55,13 +72,18 @@ up() {
             --image) image=$(realpath "$2"); shift 2 ;;
             --fail-writes) fail=(--filter=error error-pwrite=EIO error-pwrite-rate=100% "error-file=$2"); shift 2 ;;
             --rate) [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--rate takes MiB/s, a whole number"
-                # A bucket of 0.2 s: after idling, 0.2 s of the rate goes through at once,
-                # 4% of a 5 s copy (the default 2 s would be 40%).
-                rate=(--filter=rate "rate=$(($2 * 8 * 1024 * 1024))" burstiness=0.2); shift 2 ;;
+                rate=$2; shift 2 ;;
             *) die "unknown option $1" ;;
         esac
     done
     command -v "mkfs.$fs" >/dev/null || die "needs mkfs.$fs"
+    if [ -n "$rate" ]; then
+        [ -z "$image" ] || die "--rate serves a fresh disk, not --image"
+        [ ${#fail[@]} = 0 ] || die "--rate and --fail-writes do not go together"
+        [ "$delay" = 0 ] || die "--rate is a disk without latency: give --delay-ms 0"
+        up_rate "$dir" "$fs" "$size" "$ra" "$rate"
+        return
+    fi
     check
     mkdir -p "$dir/fuse" "$dir/mnt"
     rm -f "$dir/nbd.sock"  # a stale socket makes nbdkit refuse to start
@@ -69,14 +91,13 @@ up() {
     # $(slowdisk.sh up ...) waiting for ever.
     if [ -n "$image" ]; then
         [ -f "$image" ] || die "no image $image"
-        [ ${#rate[@]} = 0 ] || die "--rate serves a memory disk, not --image"
         nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
             --filter=delay --filter=cow file "$image" rdelay="${delay}ms" wdelay="${delay}ms" \
             </dev/null >"$dir/nbdkit.log" 2>&1
     else
         nbdkit --unix "$dir/nbd.sock" --pidfile "$dir/nbdkit.pid" --threads 16 \
-            "${rate[@]:0:1}" "${fail[@]:0:1}" --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
-            "${fail[@]:1}" "${rate[@]:1}" \
+            "${fail[@]:0:1}" --filter=delay memory size="$size" rdelay="${delay}ms" wdelay="${delay}ms" \
+            "${fail[@]:1}" \
             </dev/null >"$dir/nbdkit.log" 2>&1
     fi
     for _ in $(seq 50); do [ -S "$dir/nbd.sock" ] && break; sleep 0.1; done
@@ -95,20 +116,47 @@ up() {
     echo "$dir/mnt"
 }
 
+up_rate() { # DIR FS SIZE RA MIBPS
+    local dir=$1 fs=$2 size=$3 ra=$4 mibps=$5 loop dev
+    check --rate
+    mkdir -p "$dir/mem" "$dir/mnt"
+    mountpoint -q "$dir/mem" || mount -t tmpfs -o "size=$size,mode=700" dropbehind-rate "$dir/mem"
+    # Every page allocated now, so that no write pays for it while being measured.
+    fallocate -l "$size" "$dir/mem/disk" || die "no room in memory for a $size disk"
+    loop=$(losetup -f --show "$dir/mem/disk")
+    echo "$loop" >"$dir/loop"
+    EAGER=1 mkfs_for "$fs" "$loop"
+    mount "$loop" "$dir/mnt"
+    mountpoint -q "$dir/mnt" || die "mount failed"
+    echo "$ra" >"/sys/block/$(basename "$loop")/queue/read_ahead_kb"
+    dev=$(cat "/sys/block/$(basename "$loop")/dev")
+    echo "$dev" >"$dir/throttle"
+    echo "$dev $((mibps * 1024 * 1024))" >"$THROTTLE.read_bps_device"
+    echo "$dev $((mibps * 1024 * 1024))" >"$THROTTLE.write_bps_device"
+    echo "$dir/mnt"
+}
+
 down() {
     local dir=$1
+    # The throttle belongs to the device number: lifted first, or the next user of this
+    # loop device would inherit it.
+    if [ -f "$dir/throttle" ]; then
+        echo "$(cat "$dir/throttle") 0" >"$THROTTLE.read_bps_device" || true
+        echo "$(cat "$dir/throttle") 0" >"$THROTTLE.write_bps_device" || true
+    fi
     mountpoint -q "$dir/mnt" 2>/dev/null && umount "$dir/mnt"
     [ -f "$dir/loop" ] && losetup -d "$(cat "$dir/loop")" 2>/dev/null || true
     fusermount3 -u "$dir/fuse" 2>/dev/null || umount "$dir/fuse" 2>/dev/null || true
     [ -f "$dir/nbdfuse.pid" ] && kill "$(cat "$dir/nbdfuse.pid")" 2>/dev/null || true
     [ -f "$dir/nbdkit.pid" ] && kill "$(cat "$dir/nbdkit.pid")" 2>/dev/null || true
-    rm -f "$dir/loop" "$dir/nbd.sock" "$dir/nbdkit.pid" "$dir/nbdfuse.pid"
+    mountpoint -q "$dir/mem" 2>/dev/null && umount "$dir/mem"
+    rm -f "$dir/loop" "$dir/nbd.sock" "$dir/nbdkit.pid" "$dir/nbdfuse.pid" "$dir/throttle"
 }
 
 case ${1:-} in
     up) shift; [ $# -ge 1 ] || die "usage: slowdisk.sh up DIR [options]"; up "$@" ;;
     down) shift; [ $# -ge 1 ] || die "usage: slowdisk.sh down DIR"; down "$1" ;;
-    check) check ;;
+    check) shift; check "$@" ;;
     mkfs) shift; mkfs_for "$@" ;;
-    *) die "usage: slowdisk.sh up DIR [--fs F] [--delay-ms N] [--size S] [--ra-kb N] [--rate MIBPS] | down DIR | check" ;;
+    *) die "usage: slowdisk.sh up DIR [--fs F] [--delay-ms N] [--size S] [--ra-kb N] [--rate MIBPS] | down DIR | check [--rate]" ;;
 esac

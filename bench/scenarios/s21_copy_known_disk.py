@@ -3,15 +3,13 @@
 s20 holds each copy against fio's floor on this VM's own disk, whose host caches writes:
 the `sync` that ends a copy flushes the host's cache, and that flush moved a buffered
 copy's ratio to the floor by 2x from one hour to the next (bench/results/copies-at-the-floor.md).
-Here the same copiers and contenders copy the same bytes on the slow-disk fixture made a
-memory disk behind nbdkit's rate filter (scripts/slowdisk.sh --rate): reads and writes
-each limited to a rate, no latency added, nothing cached below, a flush free. The floor
-of a copy that must have read and written everything before it ends is then known, size
-over the rate, and fio measures it in every round beside the copies.
+Here the same copiers and contenders copy the same bytes on a disk in memory held to a rate
+by the kernel's block throttle (scripts/slowdisk.sh --rate): reads and writes each limited
+to it, no latency, nothing cached below, a flush free. The floor of a copy that must have
+read and written everything before it ends is then known, size over the rate, and fio
+measures it in every round beside the copies.
 
-KNOWN_DISK_MIBPS=N sets the rate (default 400). At 400 the fixture's two daemons take about
-4 CPU-seconds of a 2 GiB copy on this machine's two CPUs, which a copier that needs much CPU
-itself (rsync) feels (bench/results/copies-at-the-floor.md)."""
+KNOWN_DISK_MIBPS=N sets the rate (default 400)."""
 import os
 import statistics
 from pathlib import Path
@@ -32,7 +30,7 @@ def run(b):
     if not rate.isdigit() or int(rate) == 0:
         b.text(f"### {TITLE}\n\nSkipped: KNOWN_DISK_MIBPS={rate}: expected a whole number of MiB/s, 1 or more.\n")
         return
-    check = quiet([SLOWDISK, "check"])
+    check = quiet([SLOWDISK, "check", "--rate"])
     if check.returncode != 0:
         b.text(f"### {TITLE}\n\nSkipped: {check.stderr.strip()}\n")
         return
@@ -52,16 +50,13 @@ def run(b):
 
 
 def measure(b, s20, mib, rate, mnt):
-    # The memory plugin allocates its memory at a block's first write, more slowly than
-    # 400 MiB/s: fill the disk once (dd ends at ENOSPC) so that no round pays for it.
-    quiet(["dd", "if=/dev/zero", f"of={mnt}/fill", "bs=4M", "oflag=direct", "status=none"])
-    (mnt / "fill").unlink(missing_ok=True)
     _, local = b.source_file(mib)
     (mnt / "src").mkdir()
     f, dst = mnt / "src" / "F", mnt / "copy-dst"
     if quiet(["dd", f"if={local}", f"of={f}", "bs=4M", "oflag=direct", "status=none"]).returncode != 0:
         b.text(f"### {TITLE}\n\nSkipped: could not write the source file on the fixture.\n")
         return
+
     def sync():
         # The fixture only: the root disk's host cache is what this scenario keeps out.
         quiet(["sync", "-f", str(dst)])
@@ -84,8 +79,8 @@ def measure(b, s20, mib, rate, mnt):
         f"Cold copy of a {mib} MiB file on a memory disk limited to {rate} MiB/s each way, each run alone in a fresh memory cgroup",
         list(cases), conts, s20.COPY_METRICS, ratio_of=["seconds", "synced"],
         note=f"The disk reads and writes {rate} MiB/s each, at once if asked, with no latency and no cache below: "
-             f"a copy that has read and written everything takes at least {ideal:.2f} s "
-             "(less the rate filter's 0.2 s burst after idling); a plain copy takes about that to read, "
+             f"a copy that has read and written everything takes at least {ideal:.2f} s; "
+             "a plain copy takes about that to read, "
              "some of its writeback overlapping the reads and the rest in its sync. "
              "Every copy is compared with its source.")
     runs = b.rows(floor, fio.name)
