@@ -92,6 +92,7 @@ def preread(d):
     blocks a cold listing needs are then cached, and its index's leaf blocks are not. For
     `PREREAD=1 ... time`: what no ordering of the inode reads can take away."""
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
     # struct xfs_fsop_bulkreq { __u64 *lastip; __s32 icount; void *ubuffer; __s32 *ocount; }
     ioc = (3 << 30) | (32 << 16) | (ord("X") << 8) | 102  # XFS_IOC_FSBULKSTAT_SINGLE
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
@@ -101,28 +102,34 @@ def preread(d):
     for e in os.scandir(d):
         firsts[e.inode() >> 4] = min(e.inode(), firsts.get(e.inode() >> 4, e.inode()))
     groups = iter(sorted(firsts.values()))
-    lock, failed = threading.Lock(), []
+    lock, failed, done = threading.Lock(), [], []
 
     def worker():
-        last, out, n = ctypes.c_uint64(), ctypes.create_string_buffer(512), ctypes.c_int32()
-        req = ctypes.create_string_buffer(struct.pack(
-            "QiiQQ", ctypes.addressof(last), 1, 0, ctypes.addressof(out), ctypes.addressof(n)), 32)
-        while not failed:
-            with lock:
-                g = next(groups, None)
-            if g is None:
-                return
-            last.value = g
-            if libc.ioctl(fd, ioc, req) != 0 and ctypes.get_errno() != errno.EINVAL:
-                failed.append(os.strerror(ctypes.get_errno()))
+        try:
+            last, out, n = ctypes.c_uint64(), ctypes.create_string_buffer(512), ctypes.c_int32()
+            req = ctypes.create_string_buffer(struct.pack(
+                "QiiQQ", ctypes.addressof(last), 1, 0, ctypes.addressof(out), ctypes.addressof(n)), 32)
+            while not failed:
+                with lock:
+                    g = next(groups, None)
+                if g is None:
+                    return
+                last.value, n.value = g, 0
+                if libc.ioctl(fd, ioc, req) == 0 and n.value == 1:
+                    done.append(g)
+                elif ctypes.get_errno() != errno.EINVAL:  # EINVAL: the file went meanwhile
+                    failed.append(os.strerror(ctypes.get_errno()))
+        except Exception as e:  # noqa: BLE001 - any failure fails the run, below
+            failed.append(repr(e))
     threads = [threading.Thread(target=worker) for _ in range(16)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     os.close(fd)
-    if failed:
-        raise SystemExit(f"PREREAD: bulkstat failed ({failed[0]}): it needs xfs and CAP_SYS_ADMIN")
+    if failed or not done:
+        raise SystemExit(f"PREREAD: bulkstat failed ({failed[0] if failed else 'no inode read'}): "
+                         "it needs xfs and CAP_SYS_ADMIN")
 
 
 def up(image, fs, sd):

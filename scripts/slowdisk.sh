@@ -2,10 +2,11 @@
 # A slow disk for tests and benchmarks: nbdkit's memory plugin behind its delay filter,
 # exposed as a file by nbdfuse, attached to a loop device with direct I/O, formatted and
 # mounted. Every request to the "disk" then costs DELAY ms, like a seek on a hard disk.
+# With --rate, instead, a disk in memory whose only limit is its bandwidth (below).
 #
 #   scripts/slowdisk.sh up DIR [--fs ext4|xfs|btrfs|ext2] [--delay-ms 2] [--size 4G] [--ra-kb 128]
 #                              [--image FILE] [--fail-writes TRIGGER]
-#   scripts/slowdisk.sh up DIR --rate MIBPS [--fs F] [--size S] [--ra-kb N]
+#   scripts/slowdisk.sh up DIR --rate MIBPS [--delay-ms 0] [--fs F] [--size S] [--ra-kb N]
 #   scripts/slowdisk.sh down DIR
 #   scripts/slowdisk.sh check [--rate]   (exit 0 if this machine can build one; says why not)
 #
@@ -23,10 +24,11 @@
 # the same through nbdfuse at 4 CPU-seconds per 2 GiB copy on two CPUs, which copiers that
 # need CPU themselves felt; this costs the loop worker's memory copies
 # (bench/results/copies-at-the-floor.md). Its memory is allocated when it comes up, and
-# `down` lifts the throttle before the loop device goes back.
+# `down` lifts the throttle before the loop device goes back. Needs root, loop devices and
+# the cgroup v1 blkio controller, with the caller in its root group (`check --rate`).
 #
-# `up` prints the mount point (DIR/mnt). Needs root, nbdkit, nbdfuse (libnbd-bin), FUSE and
-# loop devices. The loop device's read_ahead_kb is pinned (default 128, the usual disk
+# `up` prints the mount point (DIR/mnt). The nbdkit disk needs root, nbdkit, nbdfuse
+# (libnbd-bin), FUSE and loop devices. The loop device's read_ahead_kb is pinned (default 128, the usual disk
 # default): fresh loop devices here came up with 128 once and 2560 another time.
 set -euo pipefail
 
@@ -36,33 +38,43 @@ THROTTLE=/sys/fs/cgroup/blkio/blkio.throttle
 
 check() {
     [ "$(id -u)" = 0 ] || die "needs root"
-    if [ "${1:-}" = --rate ]; then
-        [ -w "$THROTTLE.write_bps_device" ] \
-            || die "--rate needs the cgroup v1 blkio controller's throttle ($THROTTLE.*_bps_device)"
-        losetup -f >/dev/null 2>&1 || die "no free loop device"
-        return
-    fi
+    case ${1:-} in
+        --rate)
+            for t in losetup fallocate mount mkfs.ext4; do command -v $t >/dev/null || die "needs $t"; done
+            [ -w "$THROTTLE.write_bps_device" ] \
+                || die "--rate needs the cgroup v1 blkio controller's throttle ($THROTTLE.*_bps_device)"
+            # v1 throttling is per group: a process in another blkio group escapes the rule.
+            grep -qx '[0-9]*:[^:]*blkio[^:]*:/' /proc/self/cgroup \
+                || die "--rate needs the caller in the blkio controller's root group"
+            losetup -f >/dev/null 2>&1 || die "no free loop device"
+            return ;;
+        '') ;;
+        *) die "usage: slowdisk.sh check [--rate]" ;;
+    esac
     for t in nbdkit nbdfuse losetup mount; do command -v $t >/dev/null || die "needs $t (apt-get install nbdkit libnbd-bin)"; done
     [ -e /dev/fuse ] || die "needs /dev/fuse"
     losetup -f >/dev/null 2>&1 || die "no free loop device"
 }
 
-mkfs_for() { # FS DEVICE
+mkfs_for() { # FS DEVICE [eager]
+    # eager (a --rate disk): no discard, which would give back the memory allocated up
+    # front, and ext4's inode tables and journal written now, not by its lazy init while
+    # something is being measured.
+    local eager=${3:-}
     case $1 in
-        # Room for a million small files. EAGER: inode tables and journal written now, not
-        # by ext4's lazy init while something is being measured, and no discard (it would
-        # give back the memory a --rate disk allocated up front).
-        ext4) mkfs.ext4 -q -F -i 4096 ${EAGER:+-E lazy_itable_init=0,lazy_journal_init=0,nodiscard} "$2" ;;
-        ext2) mkfs.ext2 -q -F "$2" ;;  # no journal: a failed data write fails only its file
-        xfs) mkfs.xfs -q -f "$2" ;;
-        btrfs) mkfs.btrfs -q -f "$2" >/dev/null ;;
+        # Room for a million small files.
+        ext4) mkfs.ext4 -q -F -i 4096 ${eager:+-E lazy_itable_init=0,lazy_journal_init=0,nodiscard} "$2" ;;
+        # No journal: a failed data write fails only its file.
+        ext2) mkfs.ext2 -q -F ${eager:+-E nodiscard} "$2" ;;
+        xfs) mkfs.xfs -q -f ${eager:+-K} "$2" ;;
+        btrfs) mkfs.btrfs -q -f ${eager:+-K} "$2" >/dev/null ;;
         *) die "unknown filesystem $1" ;;
     esac
 }
 
 up() {
     local dir=$1; shift
-    local fs=ext4 delay=2 size=4G ra=128 image= fail=() rate=
+    local fs=ext4 delay= size=4G ra=128 image= fail=() rate=
     while [ $# -gt 0 ]; do
         case $1 in
             --fs) fs=$2; shift 2 ;;
@@ -80,10 +92,11 @@ up() {
     if [ -n "$rate" ]; then
         [ -z "$image" ] || die "--rate serves a fresh disk, not --image"
         [ ${#fail[@]} = 0 ] || die "--rate and --fail-writes do not go together"
-        [ "$delay" = 0 ] || die "--rate is a disk without latency: give --delay-ms 0"
+        [ "${delay:-0}" = 0 ] || die "--rate is a disk without latency: no --delay-ms but 0"
         up_rate "$dir" "$fs" "$size" "$ra" "$rate"
         return
     fi
+    delay=${delay:-2}
     check
     mkdir -p "$dir/fuse" "$dir/mnt"
     rm -f "$dir/nbd.sock"  # a stale socket makes nbdkit refuse to start
@@ -119,13 +132,25 @@ up() {
 up_rate() { # DIR FS SIZE RA MIBPS
     local dir=$1 fs=$2 size=$3 ra=$4 mibps=$5 loop dev
     check --rate
+    if [ -e "$dir/loop" ] || [ -e "$dir/throttle" ] || mountpoint -q "$dir/mem" 2>/dev/null; then
+        die "$dir holds a disk already: slowdisk.sh down $dir first"
+    fi
+    # tmpfs takes what it is given, past what the machine can spare (no swap here): keep
+    # 2 GiB of what is available for everything else.
+    local bytes avail
+    bytes=$(numfmt --from=iec "$size") || die "--size: expected a size such as 7G"
+    avail=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
+    [ "$bytes" -le $((avail - (2 << 30))) ] \
+        || die "no room in memory for a $size disk ($((avail >> 20)) MiB available)"
     mkdir -p "$dir/mem" "$dir/mnt"
-    mountpoint -q "$dir/mem" || mount -t tmpfs -o "size=$size,mode=700" dropbehind-rate "$dir/mem"
+    # Whatever fails from here on, the memory, loop device and throttle go back.
+    trap "down $(printf %q "$dir") >/dev/null 2>&1" EXIT
+    mount -t tmpfs -o "size=$size,mode=700" dropbehind-rate "$dir/mem"
     # Every page allocated now, so that no write pays for it while being measured.
     fallocate -l "$size" "$dir/mem/disk" || die "no room in memory for a $size disk"
     loop=$(losetup -f --show "$dir/mem/disk")
     echo "$loop" >"$dir/loop"
-    EAGER=1 mkfs_for "$fs" "$loop"
+    mkfs_for "$fs" "$loop" eager
     mount "$loop" "$dir/mnt"
     mountpoint -q "$dir/mnt" || die "mount failed"
     echo "$ra" >"/sys/block/$(basename "$loop")/queue/read_ahead_kb"
@@ -133,14 +158,17 @@ up_rate() { # DIR FS SIZE RA MIBPS
     echo "$dev" >"$dir/throttle"
     echo "$dev $((mibps * 1024 * 1024))" >"$THROTTLE.read_bps_device"
     echo "$dev $((mibps * 1024 * 1024))" >"$THROTTLE.write_bps_device"
+    trap - EXIT
     echo "$dir/mnt"
 }
 
 down() {
     local dir=$1
     # The throttle belongs to the device number: lifted first, or the next user of this
-    # loop device would inherit it.
-    if [ -f "$dir/throttle" ]; then
+    # loop device would inherit it; and only while the device is still this disk's (after
+    # a reboot the number may be another's).
+    if [ -f "$dir/throttle" ] && [ -f "$dir/loop" ] \
+        && [ "$(losetup -nO BACK-FILE "$(cat "$dir/loop")" 2>/dev/null)" = "$(realpath "$dir/mem/disk" 2>/dev/null)" ]; then
         echo "$(cat "$dir/throttle") 0" >"$THROTTLE.read_bps_device" || true
         echo "$(cat "$dir/throttle") 0" >"$THROTTLE.write_bps_device" || true
     fi
@@ -149,7 +177,11 @@ down() {
     fusermount3 -u "$dir/fuse" 2>/dev/null || umount "$dir/fuse" 2>/dev/null || true
     [ -f "$dir/nbdfuse.pid" ] && kill "$(cat "$dir/nbdfuse.pid")" 2>/dev/null || true
     [ -f "$dir/nbdkit.pid" ] && kill "$(cat "$dir/nbdkit.pid")" 2>/dev/null || true
-    mountpoint -q "$dir/mem" 2>/dev/null && umount "$dir/mem"
+    if mountpoint -q "$dir/mem" 2>/dev/null; then
+        # A loop device's detach can be deferred while it is still open: a lazy unmount
+        # then frees the memory once it is gone.
+        umount "$dir/mem" 2>/dev/null || umount -l "$dir/mem"
+    fi
     rm -f "$dir/loop" "$dir/nbd.sock" "$dir/nbdkit.pid" "$dir/nbdfuse.pid" "$dir/throttle"
 }
 
