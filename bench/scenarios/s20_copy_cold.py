@@ -68,6 +68,44 @@ def copy_once(c, case, cmd, warm, f, dst, mib, sync=os.sync):
     return dict(seconds=secs, synced=synced, peak_mib=peak, src_left=src_left, dst_left=dst_left)
 
 
+def own_once(own, cmd, warm, f, dst, mib, sync=os.sync):
+    """What copier `cmd` itself costs, apart from the disk (scripts/copier-work.py measures
+    the same by hand): no shim, its source cached, its copy left in memory, alone in a
+    fresh memory cgroup; written out after, untimed. A copy can't end before its own work,
+    however fast the disk, and on two CPUs a copier's own work can come near the disk floor
+    (rsync's, bench/results/copies-at-the-floor.md)."""
+    if dst.exists():
+        dst.unlink()
+    drop_caches(fault_in_mib=2 * mib + 256)
+    cache_files([f])
+    own.warm_up(warm)
+    with Cgroup() as cg:
+        secs, _ = cg.run(cmd)
+    sync()
+    return dict(seconds=secs)
+
+
+def against_own_work(b, cases, own, floor_of):
+    """The paragraph holding each copier's own work against its round's floor, and each
+    shimmed copy against the larger of the two, round by round."""
+    alone, bounded = [], []
+    for case in cases:
+        own_of = {x["rep"]: x["seconds"] for x in b.rows(case, own.name)}
+        mine = [own_of[r] / floor_of[r] for r in own_of if r in floor_of]
+        shim_rows = [s for s in b.rows(case, "dropbehind") if s["rep"] in floor_of and s["rep"] in own_of]
+        if mine:
+            alone.append(f"{case} {statistics.median(own_of.values()):.2f} s, {statistics.median(mine):.2f}x")
+        if shim_rows:
+            r = statistics.median(s["synced"] / max(floor_of[s["rep"]], own_of[s["rep"]]) for s in shim_rows)
+            bounded.append(f"{case} {r:.2f}x")
+    if alone:
+        b.text("Each copier's own work in the same rounds (no shim, its source cached, its copy left in memory, "
+               "so no byte waits for the disk), median, and against its round's floor: " + "; ".join(alone) + ". "
+               "A copy can't end before its own work; dropbehind until on disk "
+               "against the larger of the two, round by round (median; the same as by round wherever the "
+               "copier's own work stayed under the floor): " + "; ".join(bounded) + ".\n")
+
+
 def floor_once(f, dst, work):
     """scripts/copy-floor.sh's fio floor for copying `f`, with `dst` out of the way."""
     if dst.exists():
@@ -92,23 +130,8 @@ def run(b):
         cmd = c.wrap(case, cases[case])
         return None if cmd is None else copy_once(c, case, cmd, warm[case], f, dst, mib)
 
-    # What the copier itself costs, apart from the disk (scripts/copier-work.py measures the
-    # same by hand): no shim, its source cached, its copy left in memory. A copy can't end
-    # before its own work, however fast the disk, and on two CPUs a copier's own work can
-    # come near the disk floor (rsync's, bench/results/copies-at-the-floor.md), so each copy
-    # is also held against the larger of the two, round by round.
+    # Each copy is also held against the larger of the floor and the copier's own work.
     own = Contender("own work")
-
-    def one_own(case):
-        if dst.exists():
-            dst.unlink()
-        drop_caches(fault_in_mib=2 * mib + 256)
-        cache_files([f])
-        own.warm_up(warm[case])
-        with Cgroup() as cg:
-            secs, _ = cg.run(cases[case])
-        os.sync()
-        return dict(seconds=secs)
 
     # What the disk allows a copy that must reach it before it ends (scripts/copy-floor.sh),
     # measured once a round among the copies: the host's disk moves by 40% from one hour to
@@ -121,7 +144,7 @@ def run(b):
         if (case == floor) != (c is fio):
             return None
         if c is own:
-            return one_own(case)
+            return own_once(own, cases[case], warm[case], f, dst, mib)
         return floor_once(f, dst, b.work) if c is fio else one(case, c)
 
     b.interleave(list(cases) + [floor], conts + [own, fio], b.size(3, 1), either)
@@ -174,23 +197,7 @@ def run(b):
                    + "; ".join(against) + ".\n")
         # The copier's own work in the same round: alone against the floor, and each shimmed
         # copy against the larger of the two.
-        alone, bounded = [], []
-        for case in cases:
-            own_of = {x["rep"]: x["seconds"] for x in b.rows(case, own.name)}
-            mine = [own_of[r] / floor_of[r] for r in own_of if r in floor_of]
-            shim_rows = [s for s in b.rows(case, "dropbehind") if s["rep"] in floor_of and s["rep"] in own_of]
-            if mine:
-                alone.append(f"{case} {statistics.median(own_of.values()):.2f} s, {statistics.median(mine):.2f}x")
-            if shim_rows:
-                r = statistics.median(s["synced"] / max(floor_of[s["rep"]], own_of[s["rep"]]) for s in shim_rows)
-                bounded.append(f"{case} {r:.2f}x")
-        if alone:
-            b.text("Each copier's own work in the same rounds (no shim, its source cached, its copy left in memory, "
-                   "so no byte waits for the disk), median, and against its round's floor: " + "; ".join(alone) + ". "
-                   "A copy can't end before its own work, and the floor is what the disk allows fio's O_DIRECT "
-                   "streams (a reference, not a bound: buffered copies have beaten it here); dropbehind until on disk "
-                   "against the larger of the two, round by round (median; the same as by round wherever the "
-                   "copier's own work stayed under the floor): " + "; ".join(bounded) + ".\n")
+        against_own_work(b, cases, own, floor_of)
     else:
         failed = next((s["failed"] for s in b.samples if s["scenario"] == b.scenario and s["case"] == floor), "no run")
         b.text(f"Disk floor for the {mib} MiB copy not measured: scripts/copy-floor.sh failed ({failed}).\n")
