@@ -114,6 +114,49 @@ pub fn effective_ids() -> (u32, u32) {
     unsafe { (libc::geteuid(), libc::getegid()) }
 }
 
+/// linux/capability.h: bulkstat and other filesystem administration.
+pub const CAP_SYS_ADMIN: u32 = 21;
+
+/// Whether the calling thread holds capability `cap` (`CAP_*` above) in its effective set,
+/// by `capget`, which checks nothing and so leaves no audit record where an LSM would log a
+/// denied use. Unknown counts as not held.
+pub fn has_effective_cap(cap: u32) -> bool {
+    /// struct __user_cap_header_struct and struct __user_cap_data_struct
+    /// (linux/capability.h), which the libc crate does not declare.
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: own buffers: version 3 takes a header and two data words, both locals.
+    let ok = cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut Header,
+            data.as_mut_ptr(),
+        )
+    })
+    .is_ok();
+    ok && cap < 64 && data[(cap / 32) as usize].effective & (1 << (cap % 32)) != 0
+}
+
 /// CPU time this process has used itself (not its children): (user, system) in µs.
 pub fn own_cpu_us() -> (u64, u64) {
     // SAFETY: kernel-checked: `rusage` is plain data, all zeroes is a valid value.
@@ -149,5 +192,20 @@ mod tests {
         let stat = open_stat().unwrap();
         assert!(thread_count(stat.raw()).is_some_and(|n| n >= 1));
         assert!(!seccomp_filtered());
+    }
+
+    #[test]
+    fn effective_caps_agree_with_proc_status() {
+        let mut buf = [0u8; 4096];
+        let text = read_small(c"/proc/thread-self/status", &mut buf).unwrap();
+        let eff = text
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .unwrap();
+        for cap in [0, CAP_SYS_ADMIN, 40] {
+            assert_eq!(has_effective_cap(cap), eff & (1 << cap) != 0, "cap {cap}");
+        }
+        assert!(!has_effective_cap(64));
     }
 }
