@@ -52,8 +52,16 @@ def drop_caches(fault_in_mib=0):
     touch costs about 0.7 s a GiB, so it is done only where reporting is on."""
     os.sync()
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    if fault_in_mib and FREE_PAGE_REPORTING:
-        touched = bytearray(fault_in_mib * MIB)  # zeroed, so every page is written
+    fault_in(fault_in_mib)
+
+
+def fault_in(mib):
+    """Touches `mib` MiB of memory and frees it, where the machine reports free pages (see
+    `drop_caches`). Right before the timed run: the balloon reports freed memory about 2 s
+    after it was freed, so anything slow in between (reading a source at a throttled
+    disk's rate) hands it back to the host first."""
+    if mib and FREE_PAGE_REPORTING:
+        touched = bytearray(mib * MIB)  # zeroed, so every page is written
         del touched
 
 
