@@ -85,12 +85,12 @@ const XFS_REST_THREADS: usize = 1;
 /// 3.57 s plain, 3.83 s with 16 threads, 3.52 with 4, 2.75 with 2).
 const XFS_FAST_DEVICE_THREADS: usize = 2;
 
-/// xfs on a slow device, inode clusters read by number: while the index walk runs, the
-/// listing is split into this many ranges and this many workers read inodes. The walk's
+/// xfs on a slow device: while the index walk runs, the listing is split into this many
+/// ranges and (inode clusters read by number) this many workers read inodes. The walk's
 /// leaf reads are a chain, one at a time, and each waits its turn in the device's queue:
 /// with 16 listers and 16 readers beside it the walk took 0.8-1.1 s, with 2 and 2 about
-/// 0.5 s, and the program, which needs every leaf, got going that much sooner
-/// (bench/results/cold-dirs.md, "bulkstat").
+/// 0.5 s, and the program, which needs every leaf, got going that much sooner; with
+/// lookups, the workers start when both are done (bench/results/cold-dirs.md, "bulkstat").
 const XFS_WALK_READERS: usize = 2;
 
 atomic_enum! {
@@ -661,13 +661,7 @@ fn list(job: &Job, threads: usize) {
                             job.walk_done.store(true, Ordering::Relaxed);
                             job.ready.notify_all();
                         });
-                    let listers = if job.inode_reads.load(Ordering::Relaxed) == InodeReads::Bulkstat
-                    {
-                        XFS_WALK_READERS
-                    } else {
-                        threads
-                    };
-                    list_ranges(job, split(0, end, listers), &emit);
+                    list_ranges(job, split(0, end, XFS_WALK_READERS), &emit);
                     // The workers start on the inodes now, not when the walk is done: a
                     // lookup whose leaf is cached gets in between two of the walk's reads.
                     job.listing_done();
