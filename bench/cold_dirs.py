@@ -15,7 +15,9 @@
                                               PREREAD=1 (xfs) every cold run starts after the
                                               directory was listed and every inode cluster
                                               read (bulkstat, untimed): what is left is the
-                                              index's leaf reads and the CPU
+                                              index's leaf reads and the CPU;
+                                              PREREAD=NAME.so only before that
+                                              library's cold runs
   bench/cold_dirs.py memory IMAGE DIR REPS LIB...
                                               the same image loop-mounted read-only from its
                                               file at DIR, the file kept cached: cold runs
@@ -226,7 +228,8 @@ def timing(sd, reps, libs):
                         env["LD_PRELOAD"] = lib
                     if temp == "cold":
                         cold(sd)
-                        if os.environ.get("PREREAD"):
+                        pre = os.environ.get("PREREAD", "")
+                        if pre == "1" or pre == cname:
                             preread(d)
                     else:
                         run(cmd, dict(os.environ))
