@@ -269,12 +269,12 @@ if command -v fio >/dev/null; then
         '[ -n "$at_sight" ] && [ "$at_sight" -le 8 ]'
     # The issue asks for 96 MiB (fio's libraries are cached already, so this is the
     # stream's). At over 1 GB/s the looks (every 2 ms while fio is young, 10 ms after) can
-    # leave more behind (see README): a run over it is reported as a skip with the figures
-    # (issue 15 is open), never as a pass.
+    # leave more behind (see README's limits): a run over it is reported as a skip with the
+    # figures, never as a pass.
     if [ "$peak" -le $LIMIT ] && [ "$after" -le $AFTER ]; then
         ok "fio io_uring read: peak page cache $peak MiB <= $LIMIT, $after MiB cached after"
     else
-        skip "fio io_uring read: NOT MET (issue 15 open): peak $peak MiB (target $LIMIT), $after MiB cached after (target $AFTER)"
+        skip "fio io_uring read: NOT MET (a known limit, see README): peak $peak MiB (target $LIMIT), $after MiB cached after (target $AFTER)"
     fi
     # A slow reader: readahead fetches each block whole long before fio reads it, so the
     # block stops growing early; dropped then, it is read from disk again. Counted as the
