@@ -332,9 +332,9 @@ impl Job {
             // Lookups wait for the listing on xfs (see `xfs_leaf_walk`); reads by number
             // take no directory lock and start at once, a few while the walk runs.
             let how = self.inode_reads.load(Ordering::Relaxed);
-            let by_number = how == InodeReads::Bulkstat
+            let may_read_now = how == InodeReads::Bulkstat
                 && (index < XFS_WALK_READERS || self.walk_done.load(Ordering::Relaxed));
-            if (!self.xfs_walk || q.listing_done || by_number)
+            if (!self.xfs_walk || q.listing_done || may_read_now)
                 && let Some(r) = q.pop()
             {
                 return Some((r, how));
