@@ -7,6 +7,15 @@
                                               the reads and distinct 4 KiB blocks of a cold
                                               plain `ls -l` and `du -s` (block tracepoint)
   bench/cold_dirs.py disk DIR                 only the disk's latency and queue depth
+  bench/cold_dirs.py queue DIR                the latency of one read at a time beside
+                                              K more in flight (K = 0-32): how long a
+                                              chain of dependent reads (an index walk)
+                                              takes while other reads fill the queue
+  bench/cold_dirs.py timeline DIR LIB CMD     one cold run of CMD (`ls -l`, `du -s`) with
+                                              LIB: reads completed and in flight per 100 ms,
+                                              the prefetch's debug lines, and when the last
+                                              read came against when the run ended (the
+                                              rest is CPU)
   bench/cold_dirs.py time DIR REPS LIB...     cold `ls -l` and `du -s` with each LIB, warm
                                               ones without the shim too, interleaved, REPS
                                               rounds (the plain cold runs are `floor`'s);
@@ -168,6 +177,68 @@ def disk(sd):
     return res
 
 
+def queue(sd):
+    """One read at a time (depth 1) beside a second job keeping K reads in flight."""
+    loop = loop_of(sd)
+    for k in (0, 1, 2, 4, 8, 12, 16, 32):
+        cmd = ["fio", "--output-format=json", f"--filename={loop}", "--readonly", "--direct=1",
+               "--rw=randread", "--bs=4k", "--ioengine=libaio", "--runtime=4", "--time_based",
+               "--name=chain", "--iodepth=1"]
+        if k:
+            cmd += ["--name=beside", f"--iodepth={k}"]
+        jobs = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)["jobs"]
+        one = jobs[0]["read"]
+        res = {"beside": k, "lat_ms": round(one["lat_ns"]["mean"] / 1e6, 2),
+               "p99_ms": round(one["clat_ns"]["percentile"]["99.000000"] / 1e6, 2)}
+        if k:
+            res["beside_reads_per_s"] = round(jobs[1]["read"]["iops"])
+        print(json.dumps(res), flush=True)
+
+
+def timeline(sd, lib, cmd):
+    """A cold run with the loop device's reads and requests in flight sampled every 5 ms."""
+    dev = os.path.basename(loop_of(sd))
+    d = mnt_of(sd) + "/aged"
+    cold(sd)
+    samples, done = [], threading.Event()
+
+    def sample():
+        with open(f"/sys/block/{dev}/stat") as st, open(f"/sys/block/{dev}/inflight") as fl:
+            while not done.is_set():
+                st.seek(0)
+                fl.seek(0)
+                samples.append((time.monotonic(), int(st.read().split()[0]), int(fl.read().split()[0])))
+                time.sleep(0.005)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    env = dict(os.environ, LD_PRELOAD=lib, DROPBEHIND_LOG="debug")
+    start = time.monotonic()
+    p = subprocess.run(cmd.format(d=d), shell=True, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    end = time.monotonic()
+    time.sleep(0.05)
+    done.set()
+    t.join()
+    for line in p.stderr.splitlines():
+        if "directory prefetch" in line:
+            print("#", line)
+    first = next(r for tm, r, _ in samples if tm >= start)
+    last_read = max((tm for (tm, r, _), (_, r0, _) in zip(samples[1:], samples) if r > r0), default=start)
+    buckets = {}
+    for tm, r, inflight in samples:
+        if start <= tm <= end:
+            buckets.setdefault(int((tm - start) * 10), []).append((r, inflight))
+    prev = first
+    for b in sorted(buckets):
+        v = buckets[b]
+        print(json.dumps({"t": b / 10, "reads": v[-1][0] - prev,
+                          "in_flight": round(sum(x[1] for x in v) / len(v), 1)}))
+        prev = v[-1][0]
+    print(json.dumps({"cmd": cmd.split()[0] + " " + cmd.split()[1], "lib": lib, "run_s": round(end - start, 3),
+                      "last_read_s": round(last_read - start, 3), "reads": samples[-1][1] - first}))
+
+
 def floor(sd):
     loop = loop_of(sd)
     d = mnt_of(sd) + "/aged"
@@ -279,6 +350,10 @@ def main():
         subprocess.run([SLOWDISK, "down", a[1]])
     elif a[0] == "disk" and len(a) == 2:
         print(json.dumps(disk(a[1])))
+    elif a[0] == "queue" and len(a) == 2:
+        queue(a[1])
+    elif a[0] == "timeline" and len(a) == 4 and a[3] in CMDS:
+        timeline(a[1], a[2], CMDS[a[3]])
     elif a[0] == "floor" and len(a) == 2:
         floor(a[1])
     elif a[0] == "memory" and len(a) >= 4:
