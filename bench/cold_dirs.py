@@ -26,7 +26,9 @@
                                               read (bulkstat, untimed): what is left is the
                                               index's leaf reads and the CPU;
                                               PREREAD=NAME.so only before that
-                                              library's cold runs
+                                              library's cold runs; with PREREAD_INODES=1
+                                              every inode is made in the inode cache too
+                                              (by file handle: no lookup, no dentry)
   bench/cold_dirs.py memory IMAGE DIR REPS LIB...
                                               the same image loop-mounted read-only from its
                                               file at DIR, the file kept cached: cold runs
@@ -141,6 +143,42 @@ def preread(d):
     if failed or not done:
         raise SystemExit(f"PREREAD: bulkstat failed ({failed[0] if failed else 'no inode read'}): "
                          "it needs xfs and CAP_SYS_ADMIN")
+    if os.environ.get("PREREAD_INODES") == "1":
+        cache_inodes(d, libc)
+
+
+def cache_inodes(d, libc):
+    """PREREAD_INODES=1: every entry's inode also made in the inode cache, without a lookup
+    (no dentry): opened by file handle (CAP_DAC_READ_SEARCH) with generation 0, which xfs
+    checks only after it has read the inode and answers with ESTALE, keeping the inode."""
+    class Handle(ctypes.Structure):
+        _fields_ = [("bytes", ctypes.c_uint32), ("kind", ctypes.c_int), ("fid", ctypes.c_ubyte * 12)]
+    inos = iter(sorted(e.inode() for e in os.scandir(d)))
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    lock, answers = threading.Lock(), {}
+
+    def worker():
+        h = Handle(12, 0x81)  # FILEID_INO32_GEN | XFS_FILEID_TYPE_64FLAG: u64 ino, u32 gen
+        while True:
+            with lock:
+                ino = next(inos, None)
+            if ino is None:
+                return
+            ctypes.memmove(h.fid, struct.pack("=QI", ino, 0), 12)
+            got = libc.open_by_handle_at(fd, ctypes.byref(h), os.O_PATH | os.O_CLOEXEC)
+            err = ctypes.get_errno() if got < 0 else 0
+            if got >= 0:
+                os.close(got)
+            with lock:
+                answers[err] = answers.get(err, 0) + 1
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    os.close(fd)
+    if set(answers) - {0, errno.ESTALE}:
+        raise SystemExit(f"PREREAD_INODES: open_by_handle_at answered {answers}")
 
 
 def up(image, fs, sd):
