@@ -431,6 +431,27 @@ class DiskRequests:
         return None if now is None or self.at is None else now - self.at
 
 
+class CpuBusy:
+    """How busy the machine's CPUs were between start() and stop(), from /proc/stat: the
+    share of all CPUs' time not idle or waiting for I/O, and those CPU-seconds. A copy whose
+    run keeps every CPU busy is bound by CPU, whatever the disk allows."""
+
+    @staticmethod
+    def _ticks():
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = f[3] + f[4]  # idle, iowait
+        return sum(f) - idle, sum(f)
+
+    def start(self):
+        self.at = self._ticks()
+
+    def stop(self):
+        busy, total = self._ticks()
+        busy, total = busy - self.at[0], total - self.at[1]
+        hz = os.sysconf("SC_CLK_TCK")
+        return dict(cpu_busy=100.0 * busy / total if total else 0.0, cpu_seconds=busy / hz)
+
+
 def read_ahead_kb(dev):
     """A block device's readahead (sysfs), or None."""
     p = Path(f"/sys/block/{os.path.basename(dev)}/queue/read_ahead_kb")

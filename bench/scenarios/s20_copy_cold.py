@@ -4,7 +4,7 @@ import statistics
 import time
 from pathlib import Path
 from subprocess import PIPE
-from bench import EXAMPLES, ROOT, Cgroup, Contender, cache_files, cached_mib, drop_caches, fault_in, parse_json, run_checked, same_bytes, same_tar_member
+from bench import EXAMPLES, ROOT, Cgroup, Contender, CpuBusy, cache_files, cached_mib, drop_caches, fault_in, parse_json, run_checked, same_bytes, same_tar_member
 
 TITLE = "Cold copy of a big file"
 ORDER = 20
@@ -53,19 +53,22 @@ def copy_once(c, case, cmd, warm, f, dst, mib, sync=os.sync):
     # A plain copy takes the file's size twice in page cache.
     drop_caches(fault_in_mib=2 * mib + 256)
     c.warm_up(warm)
+    cpu = CpuBusy()
     with Cgroup() as cg:
+        cpu.start()
         secs, _ = cg.run(cmd, env=c.env)
         peak = cg.peak_mib()
         # A copy is done when its data is on disk: what the copier left dirty, sync writes.
         t0 = time.monotonic()
         sync()
         synced = secs + time.monotonic() - t0
+        busy = cpu.stop()
         src_left, dst_left = cached_mib(f), cached_mib(dst)
     if case == "tar cf":
         same_tar_member(f, dst, f.name)
     else:
         same_bytes(f, dst)
-    return dict(seconds=secs, synced=synced, peak_mib=peak, src_left=src_left, dst_left=dst_left)
+    return dict(seconds=secs, synced=synced, peak_mib=peak, src_left=src_left, dst_left=dst_left, **busy)
 
 
 def own_once(own, cmd, warm, f, dst, mib, sync=os.sync):
@@ -83,10 +86,33 @@ def own_once(own, cmd, warm, f, dst, mib, sync=os.sync):
     # than its shimmed copy until on disk; bench/results/copies-at-the-floor.md).
     fault_in(2 * mib + 256)
     own.warm_up(warm)
+    cpu = CpuBusy()
     with Cgroup() as cg:
+        cpu.start()
         secs, _ = cg.run(cmd)
+        busy = cpu.stop()
     sync()
-    return dict(seconds=secs)
+    return dict(seconds=secs, **busy)
+
+
+def cpu_paragraph(b, cases, conts, own):
+    """How busy the CPUs were through each copy until on disk, and what each copier's own
+    work took of them: on two CPUs a copier, its writeback and the disk's own work (a loop
+    device's copies) can fill both, and then no ordering of the I/O makes the copy sooner."""
+    parts = []
+    for c in [x for x in conts if x.name in ("no shim", "dropbehind")] + [own]:
+        per = []
+        for case in cases:
+            rows = [s for s in b.rows(case, c.name) if "cpu_busy" in s]
+            if rows:
+                busy = statistics.median(s["cpu_busy"] for s in rows)
+                secs = statistics.median(s["cpu_seconds"] for s in rows)
+                per.append(f"{case} {busy:.0f}% ({secs:.2f} CPU-s)")
+        if per:
+            parts.append(f"{c.name}: " + ", ".join(per))
+    if parts:
+        b.text(f"The machine's {os.cpu_count()} CPUs, busy from each copy's start until on disk (the own work: "
+               "until the copy is in memory), median share and CPU-seconds: " + "; ".join(parts) + ".\n")
 
 
 def against_own_work(b, cases, own, floor_of):
@@ -120,7 +146,8 @@ def floor_once(f, dst, work):
 
 COPY_METRICS = [("peak_mib", "peak cgroup MiB", "{:.0f}"), ("src_left", "source cached after, MiB", "{:.1f}"),
                 ("dst_left", "copy cached after, MiB", "{:.1f}"), ("seconds", "seconds", "{:.2f}"),
-                ("synced", "seconds until on disk (+ sync)", "{:.2f}")]
+                ("synced", "seconds until on disk (+ sync)", "{:.2f}"),
+                ("cpu_busy", "CPUs busy until on disk, %", "{:.0f}")]
 
 
 def run(b):
@@ -202,6 +229,7 @@ def run(b):
         # The copier's own work in the same round: alone against the floor, and each shimmed
         # copy against the larger of the two.
         against_own_work(b, cases, own, floor_of)
+        cpu_paragraph(b, cases, conts, own)
     else:
         failed = next((s["failed"] for s in b.samples if s["scenario"] == b.scenario and s["case"] == floor), "no run")
         b.text(f"Disk floor for the {mib} MiB copy not measured: scripts/copy-floor.sh failed ({failed}).\n")

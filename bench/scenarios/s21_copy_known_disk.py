@@ -108,3 +108,4 @@ def measure(b, s20, mib, rate, mnt):
            f"both at once and the sync after {fl:.2f} s, against {ideal:.2f} s for {mib} MiB at {rate} MiB/s. "
            "Each copy until on disk against its round's floor, median of the rounds: " + "; ".join(per) + ".\n")
     s20.against_own_work(b, cases, own, floor_of)
+    s20.cpu_paragraph(b, cases, conts, own)
