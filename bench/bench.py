@@ -433,14 +433,15 @@ class DiskRequests:
 
 class CpuBusy:
     """How busy the machine's CPUs were between start() and stop(), from /proc/stat: the
-    share of all CPUs' time not idle or waiting for I/O, and those CPU-seconds. A copy whose
-    run keeps every CPU busy is bound by CPU, whatever the disk allows."""
+    share of all CPUs' time spent running (not idle, waiting for I/O or taken by the host),
+    and those CPU-seconds. A copy whose run keeps every CPU busy is bound by CPU, whatever
+    the disk allows."""
 
     @staticmethod
     def _ticks():
-        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = f[3] + f[4]  # idle, iowait
-        return sum(f) - idle, sum(f)
+        # user nice system idle iowait irq softirq steal (guest time is counted in user too)
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        return f[0] + f[1] + f[2] + f[5] + f[6], sum(f)
 
     def start(self):
         self.at = self._ticks()
