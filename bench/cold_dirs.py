@@ -99,6 +99,15 @@ def reads(sd):
     return int(f[0]), int(f[2])
 
 
+def in_threads(worker, n):
+    """Runs `worker` in `n` threads at once and waits for them all."""
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def preread(d):
     """Lists directory `d` and reads every inode cluster of its entries with xfs's
     single-inode bulkstat (CAP_SYS_ADMIN), 16 at once, without a lookup: the data and inode
@@ -134,11 +143,7 @@ def preread(d):
                     failed.append(os.strerror(ctypes.get_errno()))
         except Exception as e:  # noqa: BLE001 - any failure fails the run, below
             failed.append(repr(e))
-    threads = [threading.Thread(target=worker) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(worker, 16)
     os.close(fd)
     if failed or not done:
         raise SystemExit(f"PREREAD: bulkstat failed ({failed[0] if failed else 'no inode read'}): "
@@ -171,11 +176,7 @@ def cache_inodes(d, libc):
                 os.close(got)
             with lock:
                 answers[err] = answers.get(err, 0) + 1
-    threads = [threading.Thread(target=worker) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(worker, 16)
     os.close(fd)
     if set(answers) - {0, errno.ESTALE}:
         raise SystemExit(f"PREREAD_INODES: open_by_handle_at answered {answers}")
