@@ -46,8 +46,12 @@ out=$("$LAUNCHER" -- sh -c 'echo "$LD_PRELOAD"')
 check "launcher sets LD_PRELOAD" [ "${out%%:*}" = "$(readlink -f "$LIB")" ]
 out=$(LD_PRELOAD=/lib/x86_64-linux-gnu/libm.so.6 "$LAUNCHER" -- sh -c 'echo "$LD_PRELOAD"')  # own preload: the launcher prepends to it
 check "launcher prepends to an existing LD_PRELOAD" [ "${out#*:}" = /lib/x86_64-linux-gnu/libm.so.6 ]
-out=$("$LAUNCHER" --window 16M --backend fadvise --stats -- sh -c 'echo "$DROPBEHIND_WINDOW $DROPBEHIND_BACKEND $DROPBEHIND_STATS"')
+out=$("$LAUNCHER" --no-watch --window 16M --backend fadvise --stats -- sh -c 'echo "$DROPBEHIND_WINDOW $DROPBEHIND_BACKEND $DROPBEHIND_STATS"')
 check "launcher options become variables" [ "$out" = "16777216 fadvise stderr" ]
+# Watched, the launcher outlives the program and gathers the stderr reports in a file of its own.
+out=$("$LAUNCHER" --stats -- sh -c 'echo "$DROPBEHIND_STATS"')
+check "--stats, watched: the reports go to the launcher's file ($out)" \
+    eval 'case $out in /*/dropbehind-reports-*/report) true ;; *) false ;; esac'
 "$LAUNCHER" -- sh -c 'exit 7'; rc=$?
 check "exit status passed through" [ $rc = 7 ]
 if have gcc; then

@@ -413,5 +413,19 @@ lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) == 1, lines
 r = json.loads(lines[0]); assert r["pid"] > 0 and r["files_tracked"] == 1 and r["bytes_released"] > 0, r' "$d/stats.err"
 check "--stats-format xml: exit 2, one line naming it" bad_input --stats-format "$B" --stats-format xml -- true
+# GNU tar closes its own stderr at the end of main, before the exit handlers run: the
+# launcher gathers the reports in a file of its own and prints them when the program ends.
+if have tar; then
+    evict "$d/src"
+    tmp_before=$(ls -d "${TMPDIR:-/tmp}"/dropbehind-reports-* 2>/dev/null | wc -l)
+    "$B" --stats -- tar cf "$d/stats.tar" -C "$d" src 2>"$d/tar.err"
+    check "--stats: the report of a program that closes its own stderr (tar) on the launcher's stderr" \
+        grep -q "report for pid [0-9]* (tar)" "$d/tar.err"
+    tmp_after=$(ls -d "${TMPDIR:-/tmp}"/dropbehind-reports-* 2>/dev/null | wc -l)
+    check "... and the file it was gathered in is gone ($tmp_after left, $tmp_before before)" [ "$tmp_after" -le "$tmp_before" ]
+    rm -f "$d/stats.tar"
+else
+    skip "--stats and a program that closes its own stderr: tar not installed"
+fi
 out=$(DROPBEHIND_STATS_FORMAT=xml DROPBEHIND_STATS=1 shim cat "$d/src" 2>&1 >/dev/null | grep -c DROPBEHIND_STATS_FORMAT)
 check "DROPBEHIND_STATS_FORMAT=xml in the library: one warning naming it" [ "$out" = 1 ]

@@ -76,7 +76,8 @@ pub struct PreloadOpts {
     /// Colon-separated absolute path globs to leave alone
     #[arg(long, value_name = "GLOBS", value_hint = clap::ValueHint::Other)]
     pub exclude: Option<String>,
-    /// Print a report at exit (to stderr, or append it to FILE, an absolute path)
+    /// Print a report at exit (to stderr, or append it to FILE, an absolute path); on
+    /// stderr, the launcher prints its processes' reports when the program ends
     #[arg(short, long, value_name = "FILE", num_args = 0..=1, default_missing_value = "stderr", value_hint = clap::ValueHint::FilePath)]
     pub stats: Option<String>,
     /// The report's format (json: one object per process, on one line); implies --stats

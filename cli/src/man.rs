@@ -122,7 +122,7 @@ fn man_page(w: &mut dyn Write) -> std::io::Result<()> {
 
     r.control("SH", ["NOTES"]);
     r.text([roman(
-        "Statically linked programs (most Go binaries), setuid programs, raw syscalls and io_uring bypass any LD_PRELOAD library; the launcher warns about the first two. Residency comes from cachestat(2) (Linux 6.5 and later), which refuses files the caller may not write: stat says \"unknown\" there. On xfs on a slow device, a program holding CAP_SYS_ADMIN (and under no seccomp filter) has a cold directory's inodes read by number with xfs's bulkstat, which waits for none of the directory's locks; any other program, by lookups.",
+        "Statically linked programs (most Go binaries), setuid programs, raw syscalls and io_uring bypass any LD_PRELOAD library; the launcher warns about the first two. Residency comes from cachestat(2) (Linux 6.5 and later), which refuses files the caller may not write: stat says \"unknown\" there. On xfs on a slow device, a program holding CAP_SYS_ADMIN (and under no seccomp filter) has a cold directory's inodes read by number with xfs's bulkstat, which waits for none of the directory's locks; any other program, by lookups. With --stats on stderr, the reports of the program's processes are gathered in a file under $TMPDIR and printed by the launcher when the program ends (a program may close its own stderr before it exits, as GNU tar does); with --no-watch, or with DROPBEHIND_STATS=1 set by hand, each process writes its report on its own stderr at exit.",
     )]);
 
     r.control("SH", ["SEE ALSO"]);

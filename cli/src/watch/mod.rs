@@ -427,7 +427,12 @@ fn wait_round(sfd: &Option<OwnFd>, extra: Option<&OwnFd>, ms: i32) -> (bool, boo
 
 /// `dropbehind -- CMD` with the watcher: the launcher stays the parent, passes on the
 /// signals it is sent, and exits as the command did.
-pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> ExitCode {
+pub fn launch(
+    mut cmd: std::process::Command,
+    program: &str,
+    o: &Options,
+    reports: Option<crate::launch::Reports>,
+) -> ExitCode {
     let sfd = signal_fd();
     signal::unblock_in_child(&mut cmd, &signal::FORWARDED);
     let mut child = match cmd.spawn() {
@@ -472,6 +477,9 @@ pub fn launch(mut cmd: std::process::Command, program: &str, o: &Options) -> Exi
     }
     let status = child.wait();
     w.finish();
+    if let Some(r) = reports {
+        r.print();
+    }
     w.report(&o.stats);
     use std::os::unix::process::ExitStatusExt;
     match status {
