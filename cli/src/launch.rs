@@ -230,6 +230,11 @@ impl Reports {
     fn create() -> Option<Reports> {
         use std::os::unix::fs::DirBuilderExt;
         let base = std::env::temp_dir();
+        // The library takes only an absolute path (a relative TMPDIR would name another
+        // file in each process's own directory).
+        if !base.is_absolute() {
+            return None;
+        }
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
