@@ -133,7 +133,7 @@ pub fn run(cli: &crate::args::Cli) -> ExitCode {
         let reports = vars
             .iter()
             .any(|(n, v)| *n == "DROPBEHIND_STATS" && v == "stderr")
-            .then(Reports::create)
+            .then(crate::reports::Reports::create)
             .flatten();
         if let Some(r) = &reports {
             cmd.env("DROPBEHIND_STATS", &r.file);
@@ -215,59 +215,6 @@ fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// The exit reports of `--stats` (on stderr), gathered while the program runs and printed
-/// on the launcher's stderr when it ends. A program may close its own stderr before it
-/// exits (GNU tar does, at the end of main), and then a report written there at exit is
-/// lost; a file is still there. The file is in a directory of its own, removed after: a
-/// process that outlives the launcher then finds no directory, and leaves no file behind.
-pub struct Reports {
-    dir: PathBuf,
-    pub file: PathBuf,
-}
-
-impl Reports {
-    /// None when no directory can be made: the reports then go to stderr as asked.
-    fn create() -> Option<Reports> {
-        use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        // The library takes only an absolute path (a relative TMPDIR would name another
-        // file in each process's own directory).
-        if !base.is_absolute() {
-            return None;
-        }
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        for attempt in 0..8u32 {
-            let dir = base.join(format!(
-                "dropbehind-reports-{}-{:08x}",
-                std::process::id(),
-                nanos.wrapping_add(attempt)
-            ));
-            if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_ok() {
-                let file = dir.join("report");
-                return Some(Reports { dir, file });
-            }
-        }
-        None
-    }
-
-    /// Prints what the program's processes reported, then removes the file.
-    pub fn print(self) {
-        if let Ok(text) = std::fs::read(&self.file) {
-            use std::io::Write;
-            let _ = std::io::stderr().write_all(&text);
-        }
-    }
-}
-
-impl Drop for Reports {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
 /// The file `exec` would run: a path as given, else the first match in PATH.
 fn resolve_command(program: &OsString) -> Option<PathBuf> {
     let p = Path::new(program);
@@ -297,45 +244,14 @@ fn unreachable_reason(path: &Path) -> Option<String> {
         .take(64 * 1024)
         .read_to_end(&mut head)
         .ok()?;
-    elf_is_static(&head)
+    crate::watch::binary::elf_is_static(&head)
         .filter(|&s| s)
         .map(|_| "it is statically linked".into())
-}
-
-/// For a 64-bit little-endian ELF executable: true when it has no PT_INTERP (static).
-/// None when the file is not such an ELF (a script, say) or its headers are out of reach.
-pub fn elf_is_static(b: &[u8]) -> Option<bool> {
-    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
-        return None;
-    }
-    let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
-    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
-    let phoff = u64_at(0x20)? as usize;
-    let phentsize = u16_at(0x36)? as usize;
-    let phnum = u16_at(0x38)? as usize;
-    const PT_INTERP: u32 = 3;
-    let mut any = false;
-    for i in 0..phnum {
-        let t = u32_at(phoff + i * phentsize)?;
-        any = true;
-        if t == PT_INTERP {
-            return Some(false);
-        }
-    }
-    any.then_some(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn elf_detection() {
-        let ls = std::fs::read("/bin/ls").unwrap();
-        assert_eq!(elf_is_static(&ls), Some(false));
-        assert_eq!(elf_is_static(b"#!/bin/sh\necho hi\n"), None);
-    }
 
     #[test]
     fn options_become_variables_in_table_order() {

@@ -10,6 +10,7 @@ mod evict;
 mod launch;
 mod man;
 mod out;
+mod reports;
 mod stat;
 mod walk;
 mod watch;

@@ -37,8 +37,7 @@ pub fn kind(path: &Path) -> Kind {
     if f.read_exact(&mut head).is_err() {
         return Kind::Other;
     }
-    let Some(is_static) = crate::launch::elf_is_static(&read_head(&mut f).unwrap_or_default())
-    else {
+    let Some(is_static) = elf_is_static(&read_head(&mut f).unwrap_or_default()) else {
         return Kind::Other;
     };
     if has_go_section(&mut f, &head).unwrap_or(false) {
@@ -90,9 +89,40 @@ fn has_go_section(f: &mut std::fs::File, h: &[u8; 64]) -> Option<bool> {
     Some(false)
 }
 
+/// For a 64-bit little-endian ELF executable: true when it has no PT_INTERP (static).
+/// None when the file is not such an ELF (a script, say) or its headers are out of reach.
+pub fn elf_is_static(b: &[u8]) -> Option<bool> {
+    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
+        return None;
+    }
+    let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let phoff = u64_at(0x20)? as usize;
+    let phentsize = u16_at(0x36)? as usize;
+    let phnum = u16_at(0x38)? as usize;
+    const PT_INTERP: u32 = 3;
+    let mut any = false;
+    for i in 0..phnum {
+        let t = u32_at(phoff + i * phentsize)?;
+        any = true;
+        if t == PT_INTERP {
+            return Some(false);
+        }
+    }
+    any.then_some(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn elf_detection() {
+        let ls = std::fs::read("/bin/ls").unwrap();
+        assert_eq!(elf_is_static(&ls), Some(false));
+        assert_eq!(elf_is_static(b"#!/bin/sh\necho hi\n"), None);
+    }
 
     #[test]
     fn ls_is_dynamic_and_a_script_is_other() {

@@ -431,7 +431,7 @@ pub fn launch(
     mut cmd: std::process::Command,
     program: &str,
     o: &Options,
-    reports: Option<crate::launch::Reports>,
+    reports: Option<crate::reports::Reports>,
 ) -> ExitCode {
     let sfd = signal_fd();
     signal::unblock_in_child(&mut cmd, &signal::FORWARDED);
