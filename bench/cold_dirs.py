@@ -234,8 +234,9 @@ def queue(sd):
         print(json.dumps(res), flush=True)
 
 
-def timeline(sd, lib, cmd):
-    """A cold run with the loop device's reads and requests in flight sampled every 5 ms."""
+def timeline(sd, lib, name):
+    """A cold run of CMDS[name] with LIB, the loop device's reads and requests in flight
+    sampled every 5 ms."""
     dev = os.path.basename(loop_of(sd))
     d = mnt_of(sd) + "/aged"
     cold(sd)
@@ -253,7 +254,7 @@ def timeline(sd, lib, cmd):
     t.start()
     env = dict(os.environ, LD_PRELOAD=lib, DROPBEHIND_LOG="debug")
     start = time.monotonic()
-    p = subprocess.run(cmd.format(d=d), shell=True, env=env, stdout=subprocess.DEVNULL,
+    p = subprocess.run(CMDS[name].format(d=d), shell=True, env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, text=True)
     end = time.monotonic()
     time.sleep(0.05)
@@ -262,7 +263,8 @@ def timeline(sd, lib, cmd):
     for line in p.stderr.splitlines():
         if "directory prefetch" in line:
             print("#", line)
-    first = next(r for tm, r, _ in samples if tm >= start)
+    # The count when the run started: the last sample taken before it.
+    first = next((r for tm, r, _ in reversed(samples) if tm <= start), samples[0][1])
     last_read = max((tm for (tm, r, _), (_, r0, _) in zip(samples[1:], samples) if r > r0), default=start)
     buckets = {}
     for tm, r, inflight in samples:
@@ -274,7 +276,7 @@ def timeline(sd, lib, cmd):
         print(json.dumps({"t": b / 10, "reads": v[-1][0] - prev,
                           "in_flight": round(sum(x[1] for x in v) / len(v), 1)}))
         prev = v[-1][0]
-    print(json.dumps({"cmd": cmd.split()[0] + " " + cmd.split()[1], "lib": lib, "run_s": round(end - start, 3),
+    print(json.dumps({"cmd": name, "lib": lib, "run_s": round(end - start, 3),
                       "last_read_s": round(last_read - start, 3), "reads": samples[-1][1] - first}))
 
 
@@ -392,7 +394,7 @@ def main():
     elif a[0] == "queue" and len(a) == 2:
         queue(a[1])
     elif a[0] == "timeline" and len(a) == 4 and a[3] in CMDS:
-        timeline(a[1], a[2], CMDS[a[3]])
+        timeline(a[1], a[2], a[3])
     elif a[0] == "floor" and len(a) == 2:
         floor(a[1])
     elif a[0] == "memory" and len(a) >= 4:
