@@ -12,9 +12,11 @@ pub use crate::units::{GIB, KIB, MIB, format_size, parse_size};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// fadvise where residency can be proven (cachestat permitted), else RWF_DONTCACHE
-    /// where the filesystem supports it.
+    /// where the filesystem supports it and the stream's reads cover readahead's folios
+    /// (`policy::read::uncached_read_min`); smaller reads are left cached.
     Auto,
-    /// RWF_DONTCACHE only (streams on filesystems without it are left alone).
+    /// RWF_DONTCACHE only, for reads of every size (streams on filesystems without it are
+    /// left alone).
     DontCache,
     /// posix_fadvise(DONTNEED) on ranges proven to have been brought in by the stream.
     Fadvise,

@@ -57,6 +57,11 @@ pub struct FileState {
     pub append: bool,
     /// cachestat refused this file (no write permission): residency is unknowable.
     pub unprovable: bool,
+    /// The least a read must ask for to go uncached without re-reads
+    /// (`policy::read::uncached_read_min` of the file's device).
+    pub uncached_min: u64,
+    /// What the last read that took the full path asked for.
+    pub read_asked: u64,
     pub read: ReadStream,
     pub write: WriteStream,
     /// Bytes passed through stdio since the kernel position was last sampled.
@@ -145,6 +150,8 @@ impl Slot {
                 writable: false,
                 append: false,
                 unprovable: false,
+                uncached_min: 0,
+                read_asked: 0,
                 read: ReadStream::new(),
                 write: WriteStream::new(),
                 stdio_pending: 0,

@@ -29,6 +29,9 @@ pub static READ_STREAMS: Counter = Counter::new();
 pub static WRITE_STREAMS: Counter = Counter::new();
 pub static READ_DONTCACHE: Counter = Counter::new();
 pub static READ_FADVISE: Counter = Counter::new();
+/// Read by sequential streams on files whose residency is unknowable, in reads too small
+/// to go uncached without re-reads (`policy::read::uncached_read_min`): left cached.
+pub static READ_LEFT_CACHED: Counter = Counter::new();
 pub static WRITTEN_MANAGED: Counter = Counter::new();
 pub static DROP_CALLS: Counter = Counter::new();
 pub static PAGES_RELEASED: Counter = Counter::new();
@@ -57,6 +60,7 @@ const ALL: &[&Counter] = &[
     &WRITE_STREAMS,
     &READ_DONTCACHE,
     &READ_FADVISE,
+    &READ_LEFT_CACHED,
     &WRITTEN_MANAGED,
     &DROP_CALLS,
     &PAGES_RELEASED,
@@ -77,6 +81,16 @@ const ALL: &[&Counter] = &[
 ];
 
 /// A forked child reports its own work only.
+/// Where a sequential stream's bytes are counted: read uncached, dropped behind, or, on a
+/// file whose residency is unknowable read the ordinary way, left cached.
+pub fn sequential_read(uncached: bool, unprovable: bool) -> &'static Counter {
+    match (uncached, unprovable) {
+        (true, _) => &READ_DONTCACHE,
+        (false, true) => &READ_LEFT_CACHED,
+        (false, false) => &READ_FADVISE,
+    }
+}
+
 pub fn reset_all() {
     ALL.iter().for_each(|c| c.reset());
 }
@@ -107,6 +121,7 @@ pub fn report(pid: i32, comm: &str, format: StatsFormat) -> Option<String> {
          \x20 streams                {} read, {} write\n\
          \x20 read uncached          {}  (RWF_DONTCACHE)\n\
          \x20 read, dropped behind   {}  (fadvise)\n\
+         \x20 read, left cached      {}  (may not write the file: residency unknown; reads too small to go uncached)\n\
          \x20 written, windowed      {}  ({} writeback windows, {} settle timeouts)\n\
          \x20 pages released         {}  ({}, in {} drop calls)\n\
          \x20 residency snapshots    {}\n\
@@ -121,6 +136,7 @@ pub fn report(pid: i32, comm: &str, format: StatsFormat) -> Option<String> {
         WRITE_STREAMS.get(),
         sz(&READ_DONTCACHE),
         sz(&READ_FADVISE),
+        sz(&READ_LEFT_CACHED),
         sz(&WRITTEN_MANAGED),
         WRITEBACK_WINDOWS.get(),
         SETTLE_TIMEOUTS.get(),
@@ -158,13 +174,14 @@ fn json_report(pid: i32, comm: &str, [dirs, inodes, warm]: [u64; 3]) -> String {
             c => name.push(c),
         }
     }
-    let fields: [(&str, u64); 24] = [
+    let fields: [(&str, u64); 25] = [
         ("files_tracked", FILES_TRACKED.get()),
         ("files_excluded", FILES_EXCLUDED.get()),
         ("read_streams", READ_STREAMS.get()),
         ("write_streams", WRITE_STREAMS.get()),
         ("read_uncached_bytes", READ_DONTCACHE.get()),
         ("read_dropped_behind_bytes", READ_FADVISE.get()),
+        ("read_left_cached_bytes", READ_LEFT_CACHED.get()),
         ("written_windowed_bytes", WRITTEN_MANAGED.get()),
         ("writeback_windows", WRITEBACK_WINDOWS.get()),
         ("settle_timeouts", SETTLE_TIMEOUTS.get()),

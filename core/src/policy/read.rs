@@ -3,7 +3,7 @@
 
 use super::Params;
 use super::range::{DROP_ALIGN, PROOF_BLOCK, PROOF_RING, Proof, Range, align_down};
-use crate::units::MIB;
+use crate::units::{MIB, PAGE};
 
 /// Consumed pages stay this long behind a reader, for small backward re-reads.
 pub const LAG: u64 = 256 * 1024;
@@ -17,6 +17,20 @@ pub const SEQ_READS_AFTER_RANDOM: u32 = 4;
 /// A stream's first prefetch reaches this far ahead; every batch doubles the reach, up to
 /// `Params::prefetch`, so a stream earns its readahead as it goes on.
 pub const PREFETCH_START: u64 = MIB;
+
+/// The largest folio the page cache makes (PMD order on x86-64 with 4 KiB pages).
+pub const MAX_FOLIO: u64 = 2 * MIB;
+
+/// The least a read must ask for to go uncached (RWF_DONTCACHE) without reading anything
+/// twice. At the end of an uncached read the kernel drops every folio the read touched,
+/// whole, though the read may have used only the start of it; readahead makes folios as
+/// large as its window (twice the device's `read_ahead_kb` after FADV_SEQUENTIAL, which
+/// `cat` and the shim's deepening give), so a stream of smaller reads brings each folio in
+/// again for the next one: 10 KiB reads read 2 GiB as 2.8 GiB at a quarter of the speed
+/// (docs/kernel-facts.md). `None`: the device's readahead is unknown; the largest folio.
+pub fn uncached_read_min(device_readahead: Option<u64>) -> u64 {
+    device_readahead.map_or(MAX_FOLIO, |ra| ra.saturating_mul(2).clamp(PAGE, MAX_FOLIO))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Pattern {
@@ -359,6 +373,17 @@ pub struct Consumed {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn uncached_reads_cover_readahead_folios() {
+        // The fixture's 128 KiB readahead, doubled by FADV_SEQUENTIAL.
+        assert_eq!(uncached_read_min(Some(128 * 1024)), 256 * 1024);
+        // This VM's 8 MiB: folios stop at 2 MiB.
+        assert_eq!(uncached_read_min(Some(8 * MIB)), MAX_FOLIO);
+        assert_eq!(uncached_read_min(None), MAX_FOLIO);
+        // Readahead off: each read makes its own folios.
+        assert_eq!(uncached_read_min(Some(0)), PAGE);
+    }
+
     #[test]
     fn read_continues_is_the_window_around_next() {
         let near = |v: u64| [v, v.wrapping_add(1), v.wrapping_sub(1)];

@@ -37,12 +37,8 @@ pub(super) fn take_fast(c: &mut Claimed) {
     if mode != Hot::None {
         let next = slot.fast_read_next.load(Ordering::Acquire);
         if mode != Hot::Random && next > f.read.next {
-            let counter = if mode == Hot::SequentialUncached {
-                &stats::READ_DONTCACHE
-            } else {
-                &stats::READ_FADVISE
-            };
-            counter.add(next - f.read.next);
+            stats::sequential_read(mode == Hot::SequentialUncached, f.unprovable)
+                .add(next - f.read.next);
         }
         f.read.resume(next);
     }
@@ -169,6 +165,11 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         Small::No
     };
     let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
+    let uncached_min = if readable {
+        crate::policy::uncached_read_min(crate::prefetch::device_readahead(id.dev))
+    } else {
+        0
+    };
     let (mut prefetch_reach, mut prefetch_chunk) = (0, 0);
     let mut kernel_readahead = KernelReadahead::Leave;
     if readable && eng.cfg.readahead > 0 {
@@ -192,6 +193,7 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         readable,
         writable,
         append: flags & libc::O_APPEND != 0,
+        uncached_min,
         prefetch_reach,
         prefetch_chunk,
         kernel_readahead,
@@ -268,7 +270,9 @@ pub(super) fn with_file(fd: i32, scope: Scope, f: impl FnOnce(&'static Engine, &
 pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState) -> bool {
     let wanted = match eng.cfg.backend {
         Backend::DontCache => true,
-        Backend::Auto => f.unprovable,
+        // Where residency can't be proven, only reads that cover readahead's folios: smaller
+        // ones would read the file again in part, slower than leaving it cached.
+        Backend::Auto => f.unprovable && f.read_asked >= f.uncached_min,
         _ => false,
     };
     wanted && dontcache_ok(fd, f.dev)

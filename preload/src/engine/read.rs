@@ -266,6 +266,7 @@ pub(super) fn read_event(
     dontcache: bool,
 ) {
     let was_seq = f.read.pattern == Pattern::Sequential;
+    f.read_asked = asked;
     let act = f.read.consumed(off, got, asked, &read_params(eng, f));
     if f.read.pattern == Pattern::Sequential {
         if !was_seq && !f.counted_stream {
@@ -275,11 +276,7 @@ pub(super) fn read_event(
         if !was_seq {
             deepen_readahead(fd, f);
         }
-        if dontcache {
-            stats::READ_DONTCACHE.add(got);
-        } else {
-            stats::READ_FADVISE.add(got);
-        }
+        stats::sequential_read(dontcache, f.unprovable).add(got);
     }
     if let Some(r) = act.drop {
         if eng.cfg.backend != Backend::DontCache {

@@ -130,29 +130,56 @@ pub fn after_fork_child() {
 
 const DEVICES: usize = 16;
 static DEV: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
-/// Readahead and chunk in KiB, packed (readahead << 32 | chunk).
+/// Readahead and chunk in KiB, packed (readahead << 32 | chunk); a readahead of
+/// `UNKNOWN_KIB` where sysfs did not say.
 static LIMITS: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
+const UNKNOWN_KIB: u64 = u32::MAX as u64;
 
 /// The device's readahead and the size of one WILLNEED call, in bytes.
 pub fn device(dev: u64) -> (u64, u64) {
+    let (ra, chunk) = limits(dev);
+    (ra.unwrap_or(UNKNOWN_DEVICE_READAHEAD), chunk)
+}
+
+/// The device's `read_ahead_kb` in bytes; `None` where sysfs doesn't say (not a block
+/// device's filesystem: btrfs, a network or FUSE filesystem).
+pub fn device_readahead(dev: u64) -> Option<u64> {
+    limits(dev).0
+}
+
+fn limits(dev: u64) -> (Option<u64>, u64) {
     let key = dev.wrapping_add(1);
     let i = (dev as usize ^ (dev >> 20) as usize) % DEVICES;
+    let unpack = |v: u64| {
+        let ra = v >> 32;
+        (
+            (ra != UNKNOWN_KIB).then_some(ra * 1024),
+            (v & 0xffff_ffff) * 1024,
+        )
+    };
     if DEV[i].load(Ordering::Acquire) == key {
         let v = LIMITS[i].load(Ordering::Acquire);
         // Another device hashing here may have been stored in between: check again.
         if DEV[i].load(Ordering::Acquire) == key {
-            return ((v >> 32) * 1024, (v & 0xffff_ffff) * 1024);
+            return unpack(v);
         }
     }
-    let (ra, io) = sys::proc::device_limits(dev).unwrap_or((UNKNOWN_DEVICE_READAHEAD, 0));
+    let known = sys::proc::device_limits(dev);
+    let (ra, io) = known.unwrap_or((UNKNOWN_DEVICE_READAHEAD, 0));
     // A power of two: the largest request is often smaller than max_sectors_kb (128 page
     // segments = 512 KiB on the loop device), and 1280 KiB calls left a 256 KiB remainder
     // request every time (average read 409 KiB instead of 512).
     let chunk = prev_power_of_two(ra.max(io).max(UNKNOWN_DEVICE_READAHEAD));
+    let ra_kib = if known.is_some() {
+        (ra / 1024).min(UNKNOWN_KIB - 1)
+    } else {
+        UNKNOWN_KIB
+    };
+    let v = (ra_kib << 32) | (chunk / 1024);
     DEV[i].store(0, Ordering::Release);
-    LIMITS[i].store(((ra / 1024) << 32) | (chunk / 1024), Ordering::Release);
+    LIMITS[i].store(v, Ordering::Release);
     DEV[i].store(key, Ordering::Release);
-    (ra, chunk)
+    unpack(v)
 }
 
 fn prev_power_of_two(x: u64) -> u64 {
