@@ -427,5 +427,15 @@ if have tar; then
 else
     skip "--stats and a program that closes its own stderr: tar not installed"
 fi
+# A process that changes user after start may not write into the launcher's 0700 directory:
+# its report goes to its own stderr instead of being lost.
+if is_root && have setpriv; then
+    chmod 755 "$d"; chmod 644 "$d/src"
+    "$B" --stats -- setpriv --reuid=nobody --regid=nogroup --clear-groups cat "$d/src" 2>"$d/priv.err" >/dev/null
+    check "--stats: a program that changed user still reports (on its own stderr)" \
+        grep -q "report for pid [0-9]* (cat)" "$d/priv.err"
+else
+    skip "--stats and a program that changes user: needs root and setpriv"
+fi
 out=$(DROPBEHIND_STATS_FORMAT=xml DROPBEHIND_STATS=1 shim cat "$d/src" 2>&1 >/dev/null | grep -c DROPBEHIND_STATS_FORMAT)
 check "DROPBEHIND_STATS_FORMAT=xml in the library: one warning naming it" [ "$out" = 1 ]

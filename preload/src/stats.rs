@@ -222,8 +222,17 @@ pub fn emit(cfg: &Config) {
         StatsSink::Off => {}
         StatsSink::Stderr => sys::file::write_all(2, text.as_bytes()),
         StatsSink::File(path) => {
-            if let Ok(path) = std::ffi::CString::new(path.as_str()) {
-                let _ = sys::file::append_to(&path, text.as_bytes());
+            let Ok(path) = std::ffi::CString::new(path.as_str()) else {
+                return;
+            };
+            // A process that changed user since the file's directory was made (the
+            // launcher's is 0700) may not write there: its report goes where it would
+            // without the file, rather than nowhere. A missing directory (the launcher
+            // is gone) still means nothing is written.
+            if let Err(sys::Errno(libc::EACCES | libc::EPERM)) =
+                sys::file::append_to(&path, text.as_bytes())
+            {
+                sys::file::write_all(2, text.as_bytes());
             }
         }
     }
