@@ -66,6 +66,13 @@ check "SIGTERM to the launcher forwarded to the command (status $rc)" [ $rc = 14
 "$LAUNCHER" --no-watch -- sh -c 'exit 5'
 check "--no-watch: exit status passed through (5)" [ $? = 5 ]
 
+# The library under another file name (DROPBEHIND_LIB): its processes are the preload's,
+# not watched from outside as well.
+cp "$LIB" "$d/renamed-dropbehind.so"
+out=$(DROPBEHIND_LIB=$d/renamed-dropbehind.so "$LAUNCHER" -v -- sleep 0.5 2>&1)
+check "DROPBEHIND_LIB under another name: the process is the preload's, not watched" \
+    sh -c 'printf "%s" "$1" | grep -q "(sleep): the preload library" && ! printf "%s" "$1" | grep -q "watched from outside"' _ "$out"
+
 # Recognised: a static binary and a Go program.
 if command -v gcc >/dev/null && printf '#include <unistd.h>\nint main(void){usleep(300000);return 3;}\n' >"$d/s.c" \
     && gcc -static -o "$d/static" "$d/s.c" 2>/dev/null; then

@@ -53,7 +53,8 @@ pub struct Options {
     pub watch_all: bool,
     pub window: u64,
     pub min_size: u64,
-    pub lib_name: &'static str,
+    /// The preload library's file name, as the launcher's LD_PRELOAD names it.
+    pub lib_name: String,
 }
 
 struct Done {
@@ -93,7 +94,7 @@ impl Watcher {
     fn new(o: &Options) -> Watcher {
         Watcher {
             set: Settings {
-                lib_name: o.lib_name,
+                lib_name: o.lib_name.clone(),
                 watch_all: o.watch_all,
                 min_size: o.min_size,
                 // One window under writeback: the watcher's settles are polled, never

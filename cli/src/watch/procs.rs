@@ -118,7 +118,7 @@ pub fn refusal(e: Errno) -> &'static str {
 }
 
 pub struct Settings {
-    pub lib_name: &'static str,
+    pub lib_name: String,
     pub watch_all: bool,
     pub min_size: u64,
     pub params: dropbehind_core::policy::Params,
@@ -181,7 +181,7 @@ impl Proc {
         // In its maps, or about to be: a dynamic program just exec'd with the library in
         // LD_PRELOAD (the loader maps it before the program's first instruction).
         let lib = procfd::maps_contain(self.pid, set.lib_name.as_bytes()).unwrap_or(false)
-            || (kind == super::binary::Kind::Dynamic && preload_in_env(self.pid, set.lib_name));
+            || (kind == super::binary::Kind::Dynamic && preload_in_env(self.pid, &set.lib_name));
         let (cover, how) = if set.watch_all {
             (Cover::Watched, "watched from outside (--watch)".to_string())
         } else if lib && kind.reachable_by_preload() {
