@@ -132,6 +132,15 @@ if is_root && command -v setpriv >/dev/null; then
     check "unprovable file, 64 KiB reads: output identical" [ "$want" = "$got" ]
     check "unprovable file, 64 KiB reads: read from the disk once ($disk of $size bytes)" \
         [ "$disk" -le $((size + 4 * 1048576)) ]
+    if have strace; then
+        evict "$F"
+        strace -f -qq -o "$d/nobody.trace" setpriv --reuid=nobody --regid=nogroup \
+            --clear-groups "${SHIM[@]}" dd if="$F" bs=64k status=none of=/dev/null
+        n=$(grep -cE 'cachestat|syscall_0x1c3' "$d/nobody.trace")
+        check "unprovable file: cachestat asked once, not again for every window ($n)" [ "$n" -le 2 ]
+    else
+        skip "cachestat calls on an unprovable file (strace): strace is not installed (make deps)"
+    fi
 else
     skip "reading as another user: needs root and setpriv"
 fi

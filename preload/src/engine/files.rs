@@ -227,7 +227,8 @@ pub(super) fn excluded(eng: &Engine, fd: i32) -> bool {
 
 /// Drops the proven chunks of `r`, after checking that the fd still is the file it was.
 pub(super) fn drop_owned(fd: i32, f: &FileState, proof: &Proof, r: Range) {
-    if r.is_empty() || !same_file(fd, f) {
+    // Nothing proven here (a file whose residency is unknowable): no fstat for nothing.
+    if r.is_empty() || proof.owned_runs(r).next().is_none() || !same_file(fd, f) {
         return;
     }
     let released = proof::drop_proven(fd, proof, r);

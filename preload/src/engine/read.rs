@@ -285,7 +285,12 @@ pub(super) fn read_event(
         f.read.dropped(r);
     }
     if let Some(r) = act.snapshot {
-        snapshot(fd, &mut f.read.proof, r);
+        if f.unprovable {
+            // cachestat refused this file: record the range unproven without asking again.
+            f.read.proof.snapshot(r, |_, _| None);
+        } else {
+            snapshot(fd, &mut f.read.proof, r);
+        }
     }
     if let Some(range) = act.prefetch {
         crate::prefetch::request(crate::prefetch::Request {
