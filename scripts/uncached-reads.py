@@ -13,7 +13,7 @@ mode the median seconds and how many bytes came from the disk (/proc/self/io rea
 Evicting uses posix_fadvise(DONTNEED) on FILE only (nothing else loses its cache); run it as
 root or the file's owner so that nothing of FILE stays cached. The device's read_ahead_kb is
 printed too: the smallest read that costs nothing extra depends on it
-(policy::read::uncached_read_min).
+(policy::read::uncached_read_fits).
 """
 import os
 import statistics

@@ -107,7 +107,7 @@ else
 fi
 
 # Files the user can't write: cachestat refuses, so residency is unknowable. Reads that
-# cover readahead's folios go uncached (RWF_DONTCACHE); smaller ones are left as they are:
+# end on readahead's folios' ends go uncached (RWF_DONTCACHE); others are left as they are:
 # the kernel drops a folio at the end of an uncached read that used only part of it, and
 # the next read brings it in again (docs/kernel-facts.md).
 if is_root && command -v setpriv >/dev/null; then

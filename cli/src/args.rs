@@ -70,7 +70,7 @@ pub struct PreloadOpts {
     /// Files smaller than this are left alone
     #[arg(long, value_name = "SIZE", value_parser = parse_min_size)]
     pub min_size: Option<u64>,
-    /// How pages are dropped (auto: fadvise where residency can be proven, else RWF_DONTCACHE for reads of readahead's size)
+    /// How pages are dropped (auto: fadvise where residency can be proven, else RWF_DONTCACHE for reads aligned to readahead's folios)
     #[arg(short, long, value_name = "B", ignore_case = true, value_parser = backend_parser())]
     pub backend: Option<config::Backend>,
     /// Colon-separated absolute path globs to leave alone

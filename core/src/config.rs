@@ -12,8 +12,8 @@ pub use crate::units::{GIB, KIB, MIB, format_size, parse_size};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// fadvise where residency can be proven (cachestat permitted), else RWF_DONTCACHE
-    /// where the filesystem supports it and the stream's reads cover readahead's folios
-    /// (`policy::read::uncached_read_min`); smaller reads are left cached.
+    /// where the filesystem supports it and the stream's reads end on readahead's folios'
+    /// ends (`policy::uncached_read_fits`); other reads are left cached.
     Auto,
     /// RWF_DONTCACHE only, for reads of every size (streams on filesystems without it are
     /// left alone).

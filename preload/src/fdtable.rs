@@ -57,9 +57,8 @@ pub struct FileState {
     pub append: bool,
     /// cachestat refused this file (no write permission): residency is unknowable.
     pub unprovable: bool,
-    /// The least a read must ask for to go uncached without re-reads
-    /// (`policy::read::uncached_read_min` of the file's device).
-    pub uncached_min: u64,
+    /// The largest folio readahead may make for this file (`policy::readahead_folio_max`).
+    pub folio_max: u64,
     /// What the last read that took the full path asked for.
     pub read_asked: u64,
     pub read: ReadStream,
@@ -150,7 +149,7 @@ impl Slot {
                 writable: false,
                 append: false,
                 unprovable: false,
-                uncached_min: 0,
+                folio_max: 0,
                 read_asked: 0,
                 read: ReadStream::new(),
                 write: WriteStream::new(),

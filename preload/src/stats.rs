@@ -30,7 +30,7 @@ pub static WRITE_STREAMS: Counter = Counter::new();
 pub static READ_DONTCACHE: Counter = Counter::new();
 pub static READ_FADVISE: Counter = Counter::new();
 /// Read by sequential streams on files whose residency is unknowable, in reads too small
-/// to go uncached without re-reads (`policy::read::uncached_read_min`): left cached.
+/// to go uncached without re-reads (`policy::uncached_read_fits`): left cached.
 pub static READ_LEFT_CACHED: Counter = Counter::new();
 pub static WRITTEN_MANAGED: Counter = Counter::new();
 pub static DROP_CALLS: Counter = Counter::new();

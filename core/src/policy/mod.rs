@@ -25,7 +25,7 @@ pub use map::{MAP_GROWTH_LOOK, MAP_SPARSE_PERCENT, MapActions, MapClass, MapSamp
 pub use range::{DROP_ALIGN, PAGE, PROOF_BLOCK, PROOF_CHUNK, PROOF_RING, Proof, Range};
 pub use read::{
     Consumed, FastRead, Pattern, Prefetch, ReadActions, ReadPlan, ReadStream, read_continues,
-    uncached_read_min,
+    readahead_folio_max, uncached_read_fits,
 };
 pub use tree::{AtClose, Bulk, Streamed, TreeParams, TreeStream};
 pub use write::{WRITEBACK_WINDOWS, WriteActions, WriteStream};

@@ -21,15 +21,27 @@ pub const PREFETCH_START: u64 = MIB;
 /// The largest folio the page cache makes (PMD order on x86-64 with 4 KiB pages).
 pub const MAX_FOLIO: u64 = 2 * MIB;
 
-/// The least a read must ask for to go uncached (RWF_DONTCACHE) without reading anything
-/// twice. At the end of an uncached read the kernel drops every folio the read touched,
-/// whole, though the read may have used only the start of it; readahead makes folios as
-/// large as its window (twice the device's `read_ahead_kb` after FADV_SEQUENTIAL, which
-/// `cat` and the shim's deepening give), so a stream of smaller reads brings each folio in
-/// again for the next one: 10 KiB reads read 2 GiB as 2.8 GiB at a quarter of the speed
-/// (docs/kernel-facts.md). `None`: the device's readahead is unknown; the largest folio.
-pub fn uncached_read_min(device_readahead: Option<u64>) -> u64 {
-    device_readahead.map_or(MAX_FOLIO, |ra| ra.saturating_mul(2).clamp(PAGE, MAX_FOLIO))
+/// The largest folio readahead may make on a device: its window (twice `read_ahead_kb`
+/// after FADV_SEQUENTIAL, which `cat` and the shim's deepening give), as a power of two,
+/// at most `MAX_FOLIO`; `MAX_FOLIO` where the device's readahead is unknown.
+pub fn readahead_folio_max(device_readahead: Option<u64>) -> u64 {
+    device_readahead.map_or(MAX_FOLIO, |ra| {
+        ra.saturating_mul(2)
+            .clamp(PAGE, MAX_FOLIO)
+            .next_power_of_two()
+    })
+}
+
+/// Whether a read of `asked` bytes at `off` may go uncached (RWF_DONTCACHE) without
+/// reading anything twice, folios being at most `folio_max` (`readahead_folio_max`). At
+/// the end of an uncached read the kernel drops every folio the read touched, whole,
+/// though the read may have used only the start of it: a read that ends inside a folio
+/// leaves the next one to bring it in again. Folios are aligned to their size, so a read
+/// that starts and ends on a multiple of the largest ends on a folio's end. Smaller or
+/// unaligned reads read 2 GiB as up to 3.9 GiB, at up to a seventh of the speed
+/// (docs/kernel-facts.md).
+pub fn uncached_read_fits(asked: u64, off: u64, folio_max: u64) -> bool {
+    asked > 0 && folio_max > 0 && asked.is_multiple_of(folio_max) && off.is_multiple_of(folio_max)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -374,14 +386,26 @@ pub struct Consumed {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn uncached_reads_cover_readahead_folios() {
+    fn uncached_reads_end_on_folio_ends() {
         // The fixture's 128 KiB readahead, doubled by FADV_SEQUENTIAL.
-        assert_eq!(uncached_read_min(Some(128 * 1024)), 256 * 1024);
-        // This VM's 8 MiB: folios stop at 2 MiB.
-        assert_eq!(uncached_read_min(Some(8 * MIB)), MAX_FOLIO);
-        assert_eq!(uncached_read_min(None), MAX_FOLIO);
-        // Readahead off: each read makes its own folios.
-        assert_eq!(uncached_read_min(Some(0)), PAGE);
+        let f = readahead_folio_max(Some(128 * 1024));
+        assert_eq!(f, 256 * 1024);
+        // This VM's 8 MiB: folios stop at 2 MiB; an unknown device the same.
+        assert_eq!(readahead_folio_max(Some(8 * MIB)), MAX_FOLIO);
+        assert_eq!(readahead_folio_max(None), MAX_FOLIO);
+        // Readahead off: each read makes its own folios, one page at least.
+        assert_eq!(readahead_folio_max(Some(0)), PAGE);
+        // A window that is not a power of two: the next one up.
+        assert_eq!(readahead_folio_max(Some(96 * 1024)), 256 * 1024);
+        assert!(uncached_read_fits(MIB, 3 * MIB, f));
+        assert!(uncached_read_fits(256 * 1024, 0, f));
+        // cat's 128 KiB reads, tar's 10 KiB, 3 MiB reads over 2 MiB folios.
+        assert!(!uncached_read_fits(128 * 1024, 0, f));
+        assert!(!uncached_read_fits(10 * 1024, 0, PAGE));
+        assert!(!uncached_read_fits(3 * MIB, 0, MAX_FOLIO));
+        // Aligned in size but not in place.
+        assert!(!uncached_read_fits(MIB, 4096, f));
+        assert!(!uncached_read_fits(0, 0, f));
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub(super) fn publish(eng: &Engine, fd: i32, c: &mut Claimed) {
             slot.fast_read_next.store(f.read.next, Ordering::Relaxed);
             slot.fast_read_until
                 .store(until.min(inside), Ordering::Relaxed);
-            let mode = if uncached_reads(eng, fd, f) {
+            let mode = if uncached_reads(eng, fd, f, f.read.next) {
                 Hot::SequentialUncached
             } else {
                 Hot::Sequential
@@ -165,8 +165,8 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         Small::No
     };
     let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
-    let uncached_min = if readable {
-        crate::policy::uncached_read_min(crate::prefetch::device_readahead(id.dev))
+    let folio_max = if readable {
+        crate::policy::readahead_folio_max(crate::prefetch::device_readahead(id.dev))
     } else {
         0
     };
@@ -193,7 +193,7 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         readable,
         writable,
         append: flags & libc::O_APPEND != 0,
-        uncached_min,
+        folio_max,
         prefetch_reach,
         prefetch_chunk,
         kernel_readahead,
@@ -268,12 +268,16 @@ pub(super) fn with_file(fd: i32, scope: Scope, f: impl FnOnce(&'static Engine, &
 /// Whether a sequential stream on this file reads with RWF_DONTCACHE. Uncached reads
 /// measured 1.9-10x slower than fadvise drop-behind for reads of 4 KiB-1 MiB here, so `auto`
 /// keeps them for files whose residency can't be proven.
-pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState) -> bool {
+/// Whether a stream's read at `off` goes uncached.
+pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState, off: u64) -> bool {
     let wanted = match eng.cfg.backend {
         Backend::DontCache => true,
-        // Where residency can't be proven, only reads that cover readahead's folios: smaller
-        // ones would read the file again in part, slower than leaving it cached.
-        Backend::Auto => f.unprovable && f.read_asked >= f.uncached_min,
+        // Where residency can't be proven, only reads that end on readahead's folios' ends
+        // (judged by the stream's last read): others would read the file again in part,
+        // slower than leaving it cached.
+        Backend::Auto => {
+            f.unprovable && crate::policy::uncached_read_fits(f.read_asked, off, f.folio_max)
+        }
         _ => false,
     };
     wanted && dontcache_ok(fd, f.dev)

@@ -199,7 +199,7 @@ fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
         if let Some(r) = plan.snapshot {
             f.unprovable = !snapshot(fd, &mut f.read.proof, r);
         }
-        let dontcache = plan.dontcache && uncached_reads(eng, fd, f);
+        let dontcache = plan.dontcache && uncached_reads(eng, fd, f, off);
         publish(eng, fd, &mut c);
         ReadTicket {
             tracked: true,
