@@ -84,7 +84,7 @@ def main():
         ps, us = statistics.median(r[0] for r in p), statistics.median(r[0] for r in u)
         file_bytes = p[0][2]
         pd, ud = (statistics.median(r[1] for r in x) / file_bytes for x in (p, u))
-        label = f"{bs >> 20} MiB" if bs >= 1 << 20 else f"{bs >> 10} KiB"
+        label = f"{bs >> 20} MiB" if bs % (1 << 20) == 0 else f"{bs >> 10} KiB"
         print(f"| {label} | {ps:.2f} | {us:.2f} | {us / ps:.2f}x | {pd:.2f}x | {ud:.2f}x |")
 
 

@@ -59,7 +59,8 @@ pub struct FileState {
     pub unprovable: bool,
     /// The largest folio readahead may make for this file (`policy::readahead_folio_max`).
     pub folio_max: u64,
-    /// What the last read that took the full path asked for.
+    /// What the stream's last event through the policy asked for (a read's count; for
+    /// stdio and copies, what they moved): `policy::uncached_read_fits` judges by it.
     pub read_asked: u64,
     pub read: ReadStream,
     pub write: WriteStream,

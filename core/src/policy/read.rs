@@ -33,12 +33,12 @@ pub fn readahead_folio_max(device_readahead: Option<u64>) -> u64 {
 }
 
 /// Whether a read of `asked` bytes at `off` may go uncached (RWF_DONTCACHE) without
-/// reading anything twice, folios being at most `folio_max` (`readahead_folio_max`). At
-/// the end of an uncached read the kernel drops every folio the read touched, whole,
-/// though the read may have used only the start of it: a read that ends inside a folio
-/// leaves the next one to bring it in again. Folios are aligned to their size, so a read
-/// that starts and ends on a multiple of the largest ends on a folio's end. Smaller or
-/// unaligned reads read 2 GiB as up to 3.9 GiB, at up to a seventh of the speed
+/// reading anything twice, readahead making folios of at most `folio_max`
+/// (`readahead_folio_max`). At the end of an uncached read the kernel drops every folio the
+/// read touched, whole, though the read may have used only the start of it: a read that
+/// ends inside a folio leaves the next one to bring it in again. Folios are aligned to their
+/// size, so a read that starts and ends on multiples of the largest ends on a folio's end.
+/// Other reads read 2 GiB as up to 3.9 GiB, at up to a seventh of the speed
 /// (docs/kernel-facts.md).
 pub fn uncached_read_fits(asked: u64, off: u64, folio_max: u64) -> bool {
     asked > 0 && folio_max > 0 && asked.is_multiple_of(folio_max) && off.is_multiple_of(folio_max)
@@ -399,6 +399,10 @@ mod tests {
         assert_eq!(readahead_folio_max(Some(96 * 1024)), 256 * 1024);
         assert!(uncached_read_fits(MIB, 3 * MIB, f));
         assert!(uncached_read_fits(256 * 1024, 0, f));
+        // Larger than the largest folio: aligned to that is enough.
+        assert!(uncached_read_fits(4 * MIB, 6 * MIB, MAX_FOLIO));
+        // Not a power of two, but a multiple: measured to read the file once.
+        assert!(uncached_read_fits(768 * 1024, 0, f));
         // cat's 128 KiB reads, tar's 10 KiB, 3 MiB reads over 2 MiB folios.
         assert!(!uncached_read_fits(128 * 1024, 0, f));
         assert!(!uncached_read_fits(10 * 1024, 0, PAGE));

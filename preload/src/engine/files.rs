@@ -265,16 +265,16 @@ pub(super) fn with_file(fd: i32, scope: Scope, f: impl FnOnce(&'static Engine, &
     }
 }
 
-/// Whether a sequential stream on this file reads with RWF_DONTCACHE. Uncached reads
+/// Whether a sequential stream's read at `off` goes uncached (RWF_DONTCACHE). Uncached reads
 /// measured 1.9-10x slower than fadvise drop-behind for reads of 4 KiB-1 MiB here, so `auto`
 /// keeps them for files whose residency can't be proven.
-/// Whether a stream's read at `off` goes uncached.
 pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState, off: u64) -> bool {
     let wanted = match eng.cfg.backend {
         Backend::DontCache => true,
-        // Where residency can't be proven, only reads that end on readahead's folios' ends
-        // (judged by the stream's last read): others would read the file again in part,
-        // slower than leaving it cached.
+        // Where residency can't be proven, only reads that end on readahead's folios' ends,
+        // judged by the stream's last read that took the full path (a read of another size
+        // on the hot path until the next publish costs speed, never bytes): others would
+        // read the file again in part, slower than leaving it cached.
         Backend::Auto => {
             f.unprovable && crate::policy::uncached_read_fits(f.read_asked, off, f.folio_max)
         }
