@@ -434,6 +434,12 @@ if is_root && have setpriv; then
     "$B" --stats -- setpriv --reuid=nobody --regid=nogroup --clear-groups cat "$d/src" 2>"$d/priv.err" >/dev/null
     check "--stats: a program that changed user still reports (on its own stderr)" \
         grep -q "report for pid [0-9]* (cat)" "$d/priv.err"
+    # A file the user named stays the only place a report goes: nothing on stderr.
+    mkdir -p "$d/private"; chmod 700 "$d/private"
+    setpriv --reuid=nobody --regid=nogroup --clear-groups "${SHIM[@]}" \
+        DROPBEHIND_STATS="$d/private/report.txt" cat "$d/src" 2>"$d/priv2.err" >/dev/null
+    check "DROPBEHIND_STATS naming a file the program may not write: nothing on its stderr" \
+        [ ! -s "$d/priv2.err" ]
 else
     skip "--stats and a program that changes user: needs root and setpriv"
 fi

@@ -1,5 +1,6 @@
 //! `--stats` on stderr while the launcher watches: the reports gathered in a file.
 
+use dropbehind_core::config;
 use std::path::PathBuf;
 
 /// The exit reports of `--stats` (on stderr), gathered while the program runs and printed
@@ -27,12 +28,13 @@ impl Reports {
             .map_or(0, |d| d.subsec_nanos());
         for attempt in 0..8u32 {
             let dir = base.join(format!(
-                "dropbehind-reports-{}-{:08x}",
+                "{}{}-{:08x}",
+                config::GATHERED_DIR_PREFIX,
                 std::process::id(),
                 nanos.wrapping_add(attempt)
             ));
             if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_ok() {
-                let file = dir.join("report");
+                let file = dir.join(config::GATHERED_FILE);
                 return Some(Reports { dir, file });
             }
         }

@@ -12,8 +12,8 @@ pub use crate::units::{GIB, KIB, MIB, format_size, parse_size};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// fadvise where residency can be proven (cachestat permitted), else RWF_DONTCACHE
-    /// where the filesystem supports it and the stream's reads end on readahead's folios'
-    /// ends (`policy::uncached_read_fits`); other reads are left cached.
+    /// where the filesystem supports it and the stream's reads end on a folio's end
+    /// (`policy::uncached_read_fits`); other reads are left cached.
     Auto,
     /// RWF_DONTCACHE only, for reads of every size (streams on filesystems without it are
     /// left alone).
@@ -49,8 +49,18 @@ pub enum LogLevel {
 pub enum StatsSink {
     Off,
     Stderr,
+    /// Appended to a file the user named.
     File(String),
+    /// Appended to the file the launcher gathers `--stats` reports in (`GATHERED_DIR_PREFIX`,
+    /// `GATHERED_FILE`): the user asked for stderr, so a process that may not write there
+    /// (it changed user since) writes on its own stderr instead.
+    Gathered(String),
 }
+
+/// The launcher's directory for `--stats` reports (in $TMPDIR) begins with this, and the
+/// reports go to `GATHERED_FILE` in it.
+pub const GATHERED_DIR_PREFIX: &str = "dropbehind-reports-";
+pub const GATHERED_FILE: &str = "report";
 
 /// How the exit report is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,7 +341,18 @@ fn parse_stats(s: &str) -> Option<StatsSink> {
     match s.trim() {
         "" | "0" | "off" | "no" => Some(StatsSink::Off),
         "1" | "on" | "yes" | "stderr" => Some(StatsSink::Stderr),
-        p if p.starts_with('/') && !p.ends_with('/') => Some(StatsSink::File(p.to_string())),
+        p if p.starts_with('/') && !p.ends_with('/') => {
+            let gathered = p
+                .strip_suffix(GATHERED_FILE)
+                .and_then(|dir| dir.strip_suffix('/'))
+                .and_then(|dir| dir.rsplit('/').next())
+                .is_some_and(|name| name.starts_with(GATHERED_DIR_PREFIX));
+            Some(if gathered {
+                StatsSink::Gathered(p.to_string())
+            } else {
+                StatsSink::File(p.to_string())
+            })
+        }
         _ => None,
     }
 }
@@ -452,6 +473,15 @@ mod tests {
         assert_eq!(c.window, 16 << 20);
         assert_eq!(c.backend, Backend::Fadvise);
         assert_eq!(c.stats, StatsSink::File("/tmp/s.txt".into()));
+        let gathered = "/tmp/dropbehind-reports-7-0000002a/report";
+        assert_eq!(
+            cfg(&[("DROPBEHIND_STATS", gathered)]).0.stats,
+            StatsSink::Gathered(gathered.into())
+        );
+        assert_eq!(
+            cfg(&[("DROPBEHIND_STATS", "/tmp/report")]).0.stats,
+            StatsSink::File("/tmp/report".into())
+        );
         assert_eq!(
             c.exclude,
             vec!["/var/lib/mysql/*".to_string(), "*.db".to_string()]

@@ -80,7 +80,6 @@ const ALL: &[&Counter] = &[
     &TREE_WRITTEN,
 ];
 
-/// A forked child reports its own work only.
 /// Where a sequential stream's bytes are counted: read uncached, dropped behind, or, on a
 /// file whose residency is unknowable read the ordinary way, left cached.
 pub fn sequential_read(uncached: bool, unprovable: bool) -> &'static Counter {
@@ -91,6 +90,7 @@ pub fn sequential_read(uncached: bool, unprovable: bool) -> &'static Counter {
     }
 }
 
+/// A forked child reports its own work only.
 pub fn reset_all() {
     ALL.iter().for_each(|c| c.reset());
 }
@@ -121,7 +121,7 @@ pub fn report(pid: i32, comm: &str, format: StatsFormat) -> Option<String> {
          \x20 streams                {} read, {} write\n\
          \x20 read uncached          {}  (RWF_DONTCACHE)\n\
          \x20 read, dropped behind   {}  (fadvise)\n\
-         \x20 read, left cached      {}  (may not write the file: residency unknown; reads too small to go uncached)\n\
+         \x20 read, left cached      {}  (residency unknown: a file you may not write, read the ordinary way)\n\
          \x20 written, windowed      {}  ({} writeback windows, {} settle timeouts)\n\
          \x20 pages released         {}  ({}, in {} drop calls)\n\
          \x20 residency snapshots    {}\n\
@@ -222,13 +222,17 @@ pub fn emit(cfg: &Config) {
         StatsSink::Off => {}
         StatsSink::Stderr => sys::file::write_all(2, text.as_bytes()),
         StatsSink::File(path) => {
+            if let Ok(path) = std::ffi::CString::new(path.as_str()) {
+                let _ = sys::file::append_to(&path, text.as_bytes());
+            }
+        }
+        StatsSink::Gathered(path) => {
             let Ok(path) = std::ffi::CString::new(path.as_str()) else {
                 return;
             };
-            // A process that changed user since the file's directory was made (the
-            // launcher's is 0700) may not write there: its report goes where it would
-            // without the file, rather than nowhere. A missing directory (the launcher
-            // is gone) still means nothing is written.
+            // The launcher's directory is 0700: a process that changed user since may not
+            // write there, and writes where `--stats` without the launcher's file would
+            // (`--no-watch`). A missing directory (the launcher is gone) writes nothing.
             if let Err(sys::Errno(libc::EACCES | libc::EPERM)) =
                 sys::file::append_to(&path, text.as_bytes())
             {
