@@ -69,7 +69,7 @@ pub fn watch_options(opts: &PreloadOpts, watch_all: bool) -> crate::watch::Optio
         watch_all,
         window: opts.window.unwrap_or(crate::watch::MIN_WINDOW),
         min_size: opts.min_size.unwrap_or(config::DEFAULT_MIN_SIZE),
-        lib_name: preloaded_name(),
+        lib_names: preloaded_names(),
     }
 }
 
@@ -180,18 +180,24 @@ pub fn multiarch() -> &'static str {
     }
 }
 
-/// DROPBEHIND_LIB, else beside the launcher, else ../lib or ../lib/<multiarch> of the
-/// launcher's own path. The error lists where it looked.
-/// The file name of the library the launcher preloads: the watcher tells processes that
-/// carry it by this name in their maps and LD_PRELOAD (DROPBEHIND_LIB may name another
-/// file; taken for `libdropbehind.so`, such processes were watched from outside too).
-fn preloaded_name() -> String {
-    find_library()
+/// The file names the watcher tells the preload library by in a process's maps and
+/// LD_PRELOAD: the installed name and the one the launcher preloads (DROPBEHIND_LIB may
+/// name another file; taken only for `libdropbehind.so`, such processes were watched from
+/// outside too).
+fn preloaded_names() -> Vec<String> {
+    let mut names = vec![LIB_NAME.to_string()];
+    if let Some(name) = find_library()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| LIB_NAME.to_string())
+        && name != LIB_NAME
+    {
+        names.push(name);
+    }
+    names
 }
 
+/// DROPBEHIND_LIB, else beside the launcher, else ../lib or ../lib/<multiarch> of the
+/// launcher's own path. The error lists where it looked.
 pub fn find_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("DROPBEHIND_LIB") {
         let p = PathBuf::from(p);

@@ -53,8 +53,9 @@ pub struct Options {
     pub watch_all: bool,
     pub window: u64,
     pub min_size: u64,
-    /// The preload library's file name, as the launcher's LD_PRELOAD names it.
-    pub lib_name: String,
+    /// The preload library's file names: the one the launcher preloads, and the installed
+    /// one (a process under `--pid` may carry either).
+    pub lib_names: Vec<String>,
 }
 
 struct Done {
@@ -94,7 +95,7 @@ impl Watcher {
     fn new(o: &Options) -> Watcher {
         Watcher {
             set: Settings {
-                lib_name: o.lib_name.clone(),
+                lib_names: o.lib_names.clone(),
                 watch_all: o.watch_all,
                 min_size: o.min_size,
                 // One window under writeback: the watcher's settles are polled, never

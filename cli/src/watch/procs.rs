@@ -118,7 +118,7 @@ pub fn refusal(e: Errno) -> &'static str {
 }
 
 pub struct Settings {
-    pub lib_name: String,
+    pub lib_names: Vec<String>,
     pub watch_all: bool,
     pub min_size: u64,
     pub params: dropbehind_core::policy::Params,
@@ -180,8 +180,10 @@ impl Proc {
             .map_or(super::binary::Kind::Other, super::binary::kind);
         // In its maps, or about to be: a dynamic program just exec'd with the library in
         // LD_PRELOAD (the loader maps it before the program's first instruction).
-        let lib = procfd::maps_contain(self.pid, set.lib_name.as_bytes()).unwrap_or(false)
-            || (kind == super::binary::Kind::Dynamic && preload_in_env(self.pid, &set.lib_name));
+        let lib = set.lib_names.iter().any(|name| {
+            in_maps(self.pid, name)
+                || (kind == super::binary::Kind::Dynamic && preload_in_env(self.pid, name))
+        });
         let (cover, how) = if set.watch_all {
             (Cover::Watched, "watched from outside (--watch)".to_string())
         } else if lib && kind.reachable_by_preload() {
@@ -500,13 +502,25 @@ fn fd_dir_numbers(d: &mut ProcDir, out: &mut Vec<i32>) -> Result<(), Errno> {
 }
 
 /// Whether the process's initial environment has LD_PRELOAD naming `lib`.
+/// Whether the process maps a file named `lib` (the whole file name: `c.so` is not
+/// `libc.so.6`; a library replaced on disk since shows as "(deleted)").
+fn in_maps(pid: i32, lib: &str) -> bool {
+    [format!("/{lib}\n"), format!("/{lib} (deleted)")]
+        .iter()
+        .any(|needle| procfd::maps_contain(pid, needle.as_bytes()).unwrap_or(false))
+}
+
+/// Whether the process's LD_PRELOAD names a file called `lib` (entries are separated by
+/// colons or spaces).
 fn preload_in_env(pid: i32, lib: &str) -> bool {
     let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
         return false;
     };
     env.split(|&b| b == 0).any(|v| {
-        v.strip_prefix(b"LD_PRELOAD=")
-            .is_some_and(|l| l.windows(lib.len()).any(|w| w == lib.as_bytes()))
+        v.strip_prefix(b"LD_PRELOAD=").is_some_and(|l| {
+            l.split(|&b| b == b':' || b == b' ')
+                .any(|entry| entry.rsplit(|&b| b == b'/').next() == Some(lib.as_bytes()))
+        })
     })
 }
 
