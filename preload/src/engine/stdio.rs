@@ -25,7 +25,7 @@ pub fn stdio_before_read(fd: i32) {
         }
         let off = sys::file::position(fd).unwrap_or(0);
         if let Some(r) = f.read.plan(off, &eng.params).snapshot {
-            snapshot(fd, &mut f.read.proof, r);
+            f.unprovable = !snapshot(fd, &mut f.read.proof, r);
         }
         // The stream starts here; samples of the position then extend it.
         f.read.consumed(off, 0, 0, &eng.params);
