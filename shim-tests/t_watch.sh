@@ -72,6 +72,12 @@ cp "$LIB" "$d/renamed-dropbehind.so"
 out=$(DROPBEHIND_LIB=$d/renamed-dropbehind.so "$LAUNCHER" -v -- sleep 0.5 2>&1)
 check "DROPBEHIND_LIB under another name: the process is the preload's, not watched" \
     sh -c 'printf "%s" "$1" | grep -q "(sleep): the preload library" && ! printf "%s" "$1" | grep -q "watched from outside"' _ "$out"
+# ... and by its whole name: a library called c.so is not libc.so.6, which a child that
+# dropped LD_PRELOAD still maps.
+cp "$LIB" "$d/c.so"
+out=$(DROPBEHIND_LIB=$d/c.so "$LAUNCHER" -v -- env -u LD_PRELOAD sleep 0.5 2>&1)
+check "a library named c.so: a child without it is watched, not taken for the preload's" \
+    sh -c 'printf "%s" "$1" | grep -q "(sleep): watched from outside"' _ "$out"
 
 # Recognised: a static binary and a Go program.
 if command -v gcc >/dev/null && printf '#include <unistd.h>\nint main(void){usleep(300000);return 3;}\n' >"$d/s.c" \
