@@ -134,6 +134,8 @@ static DEV: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
 /// `UNKNOWN_KIB` where sysfs did not say.
 static LIMITS: [AtomicU64; DEVICES] = [const { AtomicU64::new(0) }; DEVICES];
 const UNKNOWN_KIB: u64 = u32::MAX as u64;
+/// `DEV` while a slot is being written (no device's key: keys are dev + 1).
+const SLOT_BUSY: u64 = u64::MAX;
 
 /// The device's readahead and the size of one WILLNEED call, in bytes.
 pub fn device(dev: u64) -> (u64, u64) {
@@ -176,9 +178,17 @@ fn limits(dev: u64) -> (Option<u64>, u64) {
         UNKNOWN_KIB
     };
     let v = (ra_kib << 32) | (chunk / 1024);
-    DEV[i].store(0, Ordering::Release);
-    LIMITS[i].store(v, Ordering::Release);
-    DEV[i].store(key, Ordering::Release);
+    // One writer at a time: two threads storing different devices here at once could
+    // leave one's key over the other's limits. The loser just doesn't cache.
+    let held = DEV[i].load(Ordering::Acquire);
+    if held != SLOT_BUSY
+        && DEV[i]
+            .compare_exchange(held, SLOT_BUSY, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    {
+        LIMITS[i].store(v, Ordering::Release);
+        DEV[i].store(key, Ordering::Release);
+    }
     unpack(v)
 }
 
