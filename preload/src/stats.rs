@@ -29,8 +29,10 @@ pub static READ_STREAMS: Counter = Counter::new();
 pub static WRITE_STREAMS: Counter = Counter::new();
 pub static READ_DONTCACHE: Counter = Counter::new();
 pub static READ_FADVISE: Counter = Counter::new();
-/// Read by sequential streams on files whose residency is unknowable, in reads too small
-/// to go uncached without re-reads (`policy::uncached_read_fits`): left cached.
+/// Read the ordinary way by sequential streams on files whose residency is unknowable:
+/// left cached. Reads that would not end on a folio's end uncached
+/// (`policy::uncached_read_fits`), the fadvise backend, a filesystem without
+/// RWF_DONTCACHE, stdio.
 pub static READ_LEFT_CACHED: Counter = Counter::new();
 pub static WRITTEN_MANAGED: Counter = Counter::new();
 pub static DROP_CALLS: Counter = Counter::new();
