@@ -57,8 +57,6 @@ pub struct FileState {
     pub append: bool,
     /// cachestat refused this file (no write permission): residency is unknowable.
     pub unprovable: bool,
-    /// The largest folio readahead may make for this file (`policy::readahead_folio_max`).
-    pub folio_max: u64,
     /// What the stream's last event through the policy asked for (a read's count; for
     /// stdio and copies, what they moved): `policy::uncached_read_fits` judges by it.
     pub read_asked: u64,
@@ -150,7 +148,6 @@ impl Slot {
                 writable: false,
                 append: false,
                 unprovable: false,
-                folio_max: 0,
                 read_asked: 0,
                 read: ReadStream::new(),
                 write: WriteStream::new(),

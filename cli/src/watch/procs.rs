@@ -501,7 +501,6 @@ fn fd_dir_numbers(d: &mut ProcDir, out: &mut Vec<i32>) -> Result<(), Errno> {
     Ok(())
 }
 
-/// Whether the process's initial environment has LD_PRELOAD naming `lib`.
 /// Whether the process maps a file named `lib` (the whole file name: `c.so` is not
 /// `libc.so.6`; a library replaced on disk since shows as "(deleted)").
 fn in_maps(pid: i32, lib: &str) -> bool {
@@ -510,7 +509,7 @@ fn in_maps(pid: i32, lib: &str) -> bool {
         .any(|needle| procfd::maps_contain(pid, needle.as_bytes()).unwrap_or(false))
 }
 
-/// Whether the process's LD_PRELOAD names a file called `lib` (entries are separated by
+/// Whether the process's initial environment's LD_PRELOAD names a file called `lib` (entries are separated by
 /// colons or spaces).
 fn preload_in_env(pid: i32, lib: &str) -> bool {
     let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {

@@ -5,7 +5,7 @@ use super::{Engine, contained, register_report};
 use crate::config::Backend;
 use crate::fdtable::{self, Claimed, FileState, Hot, KernelReadahead, Managed, Small};
 use crate::policy::{FastRead, Params, Proof, READAHEAD_REACH, Range};
-use crate::{proof, stats, sys};
+use crate::{policy, prefetch, proof, stats, sys};
 
 pub(super) use crate::proof::snapshot;
 use std::sync::atomic::Ordering;
@@ -165,11 +165,6 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         Small::No
     };
     let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
-    let folio_max = if readable {
-        crate::policy::readahead_folio_max(crate::prefetch::device_readahead(id.dev))
-    } else {
-        0
-    };
     let (mut prefetch_reach, mut prefetch_chunk) = (0, 0);
     let mut kernel_readahead = KernelReadahead::Leave;
     if readable && eng.cfg.readahead > 0 {
@@ -193,7 +188,6 @@ pub(super) fn adopt(eng: &Engine, fd: i32, c: &mut Claimed) {
         readable,
         writable,
         append: flags & libc::O_APPEND != 0,
-        folio_max,
         prefetch_reach,
         prefetch_chunk,
         kernel_readahead,
@@ -276,7 +270,10 @@ pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState, off: u64) -> 
         // on the hot path until the next publish costs speed, never bytes): others would
         // read the file again in part, slower than leaving it cached.
         Backend::Auto => {
-            f.unprovable && crate::policy::uncached_read_fits(f.read_asked, off, f.folio_max)
+            f.unprovable && {
+                let folio_max = policy::readahead_folio_max(prefetch::device_readahead(f.dev));
+                policy::uncached_read_fits(f.read_asked, off, folio_max)
+            }
         }
         _ => false,
     };
