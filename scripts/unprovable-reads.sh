@@ -10,7 +10,8 @@ set -euo pipefail
 [ "$(id -u)" = 0 ] || { echo "unprovable-reads: needs root (setpriv)" >&2; exit 2; }
 rounds=$1 f=$(realpath "$2"); shift 2
 progs=("cat $f" "dd if=$f bs=10k status=none" "tar cf - $f" "dd if=$f bs=4M status=none")
-evict() { python3 -c 'import os,sys; fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)' "$1"; }
+B=$(dirname "$0")/../target/release/dropbehind
+evict() { "$B" evict "$1" >/dev/null; }
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 for _ in $(seq "$rounds"); do
     for p in "${progs[@]}"; do
@@ -23,7 +24,7 @@ for _ in $(seq "$rounds"); do
                 sh -c "$p 2>/dev/null | cat >/dev/null; grep ^read_bytes: /proc/\$\$/io" | awk '{ print $2 }')
             e=$(date +%s%N)
             c=$(python3 -c 'import os,sys; print(os.stat(sys.argv[1]).st_size)' "$f")
-            res=$("$(dirname "$0")/../target/release/dropbehind" stat --json "$f" 2>/dev/null |
+            res=$("$B" stat --json "$f" 2>/dev/null |
                 python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["cached_pages"]*4096)' 2>/dev/null || echo -1)
             echo "${p/$f/FILE}|$(basename "$lib")|$(( (e - s) / 1000000 ))|$rb|$res|$c" >>"$out"
         done
