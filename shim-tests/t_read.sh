@@ -132,6 +132,18 @@ if is_root && command -v setpriv >/dev/null; then
     check "unprovable file, 64 KiB reads: output identical" [ "$want" = "$got" ]
     check "unprovable file, 64 KiB reads: read from the disk once ($disk of $size bytes)" \
         [ "$disk" -le $((size + 4 * 1048576)) ]
+    # 2 MiB reads with runs of 4 KiB ones between: each read judged by itself, not by the
+    # stream's last, so the small ones don't go uncached on the hot path.
+    undisturbed as_nobody python3 -c '
+import os, sys
+fd, out = os.open(sys.argv[1], os.O_RDONLY), sys.stdout.buffer
+while b := os.read(fd, 2 << 20):
+    out.write(b)
+    for _ in range(512):
+        out.write(os.read(fd, 4096))' "$F"
+    check "unprovable file, 2 MiB and 4 KiB reads mixed: output identical" [ "$want" = "$got" ]
+    check "unprovable file, 2 MiB and 4 KiB reads mixed: read from the disk once ($disk of $size bytes)" \
+        [ "$disk" -le $((size + 4 * 1048576)) ]
     evict "$F"
     left=$(setpriv --reuid=nobody --regid=nogroup --clear-groups "${SHIM[@]}" DROPBEHIND_STATS=1 \
         dd if="$F" bs=64k status=none of=/dev/null 2>&1 | awk '/^  read, left cached/ { print $4 }')

@@ -58,7 +58,9 @@ pub struct FileState {
     /// cachestat refused this file (no write permission): residency is unknowable.
     pub unprovable: bool,
     /// What the stream's last event through the policy asked for (a read's count; for
-    /// stdio and copies, what they moved): `policy::uncached_read_fits` judges by it.
+    /// stdio and copies, what they moved): whether its hot path opens uncached
+    /// (`engine::files::publish`) and a read of a count not known before the call goes uncached
+    /// are judged by it.
     pub read_asked: u64,
     pub read: ReadStream,
     pub write: WriteStream,
@@ -114,6 +116,10 @@ pub struct Slot {
     pub fast_read: AtomicHot,
     pub fast_read_next: AtomicU64,
     pub fast_read_until: AtomicU64,
+    /// For `Hot::SequentialUncached`: the log2 of the alignment a read's count and offset
+    /// keep to go uncached on the hot path (`policy::uncached_read_fits`); others take the
+    /// full path, which judges them.
+    pub fast_read_uncached_shift: AtomicU8,
     /// The same for writes: continuing writes ending before `fast_write_until` are free.
     pub fast_write: AtomicHot,
     pub fast_write_next: AtomicU64,
@@ -163,6 +169,7 @@ impl Slot {
             fast_read: AtomicHot::new(Hot::None),
             fast_read_next: AtomicU64::new(0),
             fast_read_until: AtomicU64::new(0),
+            fast_read_uncached_shift: AtomicU8::new(0),
             fast_write: AtomicHot::new(Hot::None),
             fast_write_next: AtomicU64::new(0),
             fast_write_until: AtomicU64::new(0),

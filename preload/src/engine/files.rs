@@ -74,10 +74,18 @@ pub(super) fn publish(eng: &Engine, fd: i32, c: &mut Claimed) {
             slot.fast_read_next.store(f.read.next, Ordering::Relaxed);
             slot.fast_read_until
                 .store(until.min(inside), Ordering::Relaxed);
-            let mode = if uncached_reads(eng, fd, f, f.read.next) {
-                Hot::SequentialUncached
-            } else {
-                Hot::Sequential
+            // Judged by the stream's last read through the policy; the hot path judges
+            // each read by the alignment (`engine::read::read_path`).
+            let align = uncached_align(eng, fd, f)
+                .filter(|&a| policy::uncached_read_fits(f.read_asked, f.read.next, a));
+            let mode = match align {
+                Some(a) => {
+                    let shift = a.trailing_zeros() as u8;
+                    slot.fast_read_uncached_shift
+                        .store(shift, Ordering::Relaxed);
+                    Hot::SequentialUncached
+                }
+                None => Hot::Sequential,
             };
             slot.fast_read.store(mode, Ordering::Release);
         }
@@ -259,25 +267,27 @@ pub(super) fn with_file(fd: i32, scope: Scope, f: impl FnOnce(&'static Engine, &
     }
 }
 
-/// Whether a sequential stream's read at `off` goes uncached (RWF_DONTCACHE). Uncached reads
-/// measured 1.9-10x slower than fadvise drop-behind for reads of 4 KiB-1 MiB here, so `auto`
-/// keeps them for files whose residency can't be proven.
-pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState, off: u64) -> bool {
-    let wanted = match eng.cfg.backend {
-        Backend::DontCache => true,
-        // Where residency can't be proven, only reads that end on readahead's folios' ends,
-        // judged by the stream's last read that took the full path (a read of another size
-        // on the hot path until the next publish costs speed, never bytes): others would
-        // read the file again in part, slower than leaving it cached.
-        Backend::Auto => {
-            f.unprovable && {
-                let folio_max = policy::readahead_folio_max(prefetch::device_readahead(f.dev));
-                policy::uncached_read_fits(f.read_asked, off, folio_max)
-            }
+/// Whether a sequential stream's read of `asked` bytes at `off` goes uncached
+/// (RWF_DONTCACHE), by `uncached_align`.
+pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState, off: u64, asked: u64) -> bool {
+    uncached_align(eng, fd, f).is_some_and(|a| policy::uncached_read_fits(asked, off, a))
+}
+
+/// Which of a sequential stream's reads go uncached (RWF_DONTCACHE): none (`None`), or
+/// those whose count and offset are multiples of the alignment given
+/// (`policy::uncached_read_fits`). Uncached reads measured 1.9-10x slower than fadvise
+/// drop-behind for reads of 4 KiB-1 MiB here, so `auto` keeps them for files whose
+/// residency can't be proven, and there for reads that end on readahead's folios' ends:
+/// others would read the file again in part, slower than leaving it cached.
+pub(super) fn uncached_align(eng: &Engine, fd: i32, f: &FileState) -> Option<u64> {
+    let align = match eng.cfg.backend {
+        Backend::DontCache => 1,
+        Backend::Auto if f.unprovable => {
+            policy::readahead_folio_max(prefetch::device_readahead(f.dev))
         }
-        _ => false,
+        _ => return None,
     };
-    wanted && dontcache_ok(fd, f.dev)
+    dontcache_ok(fd, f.dev).then_some(align)
 }
 
 pub(super) fn dontcache_ok(fd: i32, dev: u64) -> bool {

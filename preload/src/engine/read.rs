@@ -9,7 +9,7 @@ use super::write::finish_write;
 use super::{Engine, contained, engine};
 use crate::config::Backend;
 use crate::fdtable::{self, FileState, Hot, KernelReadahead, Managed, Slot, Small};
-use crate::policy::{Pattern, read_continues};
+use crate::policy::{Pattern, read_continues, uncached_read_fits};
 use crate::{stats, sys};
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -86,12 +86,23 @@ pub fn read_path(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadPath {
                     ReadPath::Full
                 }
             }
+            // An uncached stream's read that would end inside a folio: the full path
+            // judges it (`files::uncached_align`).
+            Some(t) if asked.is_some_and(|n| !uncached_fits(slot, n, t.off)) => ReadPath::Full,
             Some(t) => ReadPath::Fast(t),
             None => ReadPath::Full,
         },
         Managed::Unknown if glance_early(fd, asked) => ReadPath::Through,
         _ => ReadPath::Full,
     }
+}
+
+/// Whether an uncached stream's read of `n` bytes at `off` keeps to the alignment its
+/// publication recorded.
+#[inline(always)]
+fn uncached_fits(slot: &Slot, n: usize, off: u64) -> bool {
+    let shift = slot.fast_read_uncached_shift.load(Ordering::Relaxed);
+    uncached_read_fits(n as u64, off, 1 << shift)
 }
 
 /// `glance`, on the way in: an fd's first read that the engine would let through
@@ -127,23 +138,26 @@ pub fn after_fast_read(fd: i32, off: u64, asked: impl FnOnce() -> usize, ret: is
     slow_after_read(fd, ReadTicket::fast(off, false), asked(), ret);
 }
 
-/// Before a read at `off` (`None`: at the file position), one `read_path` did not let
-/// through: a first read it did not glance past is classified here.
+/// Before a read of `asked` bytes (`None`: not known before the call) at `off` (`None`: at
+/// the file position), one `read_path` did not let through: a first read it did not glance
+/// past is classified here.
 #[inline]
-pub fn before_read(fd: i32, off: Option<u64>) -> ReadTicket {
+pub fn before_read(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadTicket {
     let Some(slot) = fdtable::slot(fd) else {
         return ReadTicket::default();
     };
     match slot.state() {
         Managed::Ignored => return ReadTicket::default(),
         Managed::Tracked => {
-            if let Some(t) = fast_read_ticket(slot, off) {
+            if let Some(t) = fast_read_ticket(slot, off)
+                && !(t.dontcache && asked.is_some_and(|n| !uncached_fits(slot, n, t.off)))
+            {
                 return t;
             }
         }
         _ => {}
     }
-    slow_before_read(fd, off)
+    slow_before_read(fd, off, asked)
 }
 
 /// The hot path: a random stream's jump, or a sequential stream's next read well inside
@@ -172,7 +186,7 @@ pub(super) fn fast_read_ticket(slot: &Slot, off: Option<u64>) -> Option<ReadTick
 }
 
 #[inline(never)]
-fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
+fn slow_before_read(fd: i32, off: Option<u64>, asked: Option<usize>) -> ReadTicket {
     contained(|eng| {
         let Some(mut c) = claim_tracked(eng, fd) else {
             return ReadTicket::default();
@@ -199,7 +213,8 @@ fn slow_before_read(fd: i32, off: Option<u64>) -> ReadTicket {
         if let Some(r) = plan.snapshot {
             f.unprovable = !snapshot(fd, &mut f.read.proof, r);
         }
-        let dontcache = plan.dontcache && uncached_reads(eng, fd, f, off);
+        let asked = asked.map_or(f.read_asked, |n| n as u64);
+        let dontcache = plan.dontcache && uncached_reads(eng, fd, f, off, asked);
         publish(eng, fd, &mut c);
         ReadTicket {
             tracked: true,

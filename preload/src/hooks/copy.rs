@@ -35,8 +35,8 @@ fn at(fd: c_int, p: *const i64) -> At {
 /// Tickets for the source and destination; copies are never read uncached.
 fn tickets(fd_in: c_int, at_in: At, fd_out: c_int, at_out: At) -> (ReadTicket, WriteTicket) {
     let mut rt = match at_in {
-        At::Position => engine::before_read(fd_in, None),
-        At::Offset(o) => engine::before_read(fd_in, Some(o)),
+        At::Position => engine::before_read(fd_in, None, None),
+        At::Offset(o) => engine::before_read(fd_in, Some(o), None),
         At::Unknown => ReadTicket::default(),
     };
     rt.dontcache = false;

@@ -133,7 +133,7 @@ macro_rules! hook {
             // the calls to them are tail calls.
             #[inline(never)]
             extern "C-unwind" fn full($fd: c_int $(, $a: $t)*) -> ssize_t {
-                with_ticket(engine::before_read($fd, $at), $fd $(, $a)*)
+                with_ticket(engine::before_read($fd, $at, $known), $fd $(, $a)*)
             }
             /// The hot path of an uncached stream (`off`: the ticket's): its read replaced.
             #[inline(never)]
