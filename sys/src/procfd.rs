@@ -366,10 +366,17 @@ pub fn birth_ns(fd: &OwnFd) -> Option<u64> {
         .then(|| stx.stx_btime.tv_sec as u64 * 1_000_000_000 + stx.stx_btime.tv_nsec as u64)
 }
 
-/// Whether /proc/PID/maps names `needle` (a library mapped into the process).
-pub fn maps_contain(pid: i32, needle: &[u8]) -> Result<bool, Errno> {
+/// Whether /proc/PID/maps holds any of `needles` (a library mapped into the process), in
+/// one pass over the file.
+pub fn maps_contain(pid: i32, needles: &[&[u8]]) -> Result<bool, Errno> {
     let p = PathBuf128::new(format_args!("/proc/{pid}/maps"));
     let fd = open_path(p.as_cstr(), libc::O_RDONLY)?;
+    let longest = needles.iter().map(|n| n.len()).max().unwrap_or(0);
+    let found = |hay: &[u8]| {
+        needles
+            .iter()
+            .any(|n| !n.is_empty() && hay.windows(n.len()).any(|w| w == *n))
+    };
     let mut buf = vec![0u8; 64 * 1024];
     let mut carry = Vec::new();
     let mut off = 0u64;
@@ -380,10 +387,11 @@ pub fn maps_contain(pid: i32, needle: &[u8]) -> Result<bool, Errno> {
         }
         off += n as u64;
         carry.extend_from_slice(&buf[..n]);
-        if carry.windows(needle.len()).any(|w| w == needle) {
+        if found(&carry) {
             return Ok(true);
         }
-        let keep = carry.len().saturating_sub(needle.len());
+        // A needle split across two reads is found with the next.
+        let keep = carry.len().saturating_sub(longest);
         carry.drain(..keep);
     }
 }

@@ -180,10 +180,12 @@ impl Proc {
             .map_or(super::binary::Kind::Other, super::binary::kind);
         // In its maps, or about to be: a dynamic program just exec'd with the library in
         // LD_PRELOAD (the loader maps it before the program's first instruction).
-        let lib = set.lib_names.iter().any(|name| {
-            in_maps(self.pid, name)
-                || (kind == super::binary::Kind::Dynamic && preload_in_env(self.pid, name))
-        });
+        let lib = in_maps(self.pid, &set.lib_names)
+            || (kind == super::binary::Kind::Dynamic
+                && set
+                    .lib_names
+                    .iter()
+                    .any(|name| preload_in_env(self.pid, name)));
         let (cover, how) = if set.watch_all {
             (Cover::Watched, "watched from outside (--watch)".to_string())
         } else if lib && kind.reachable_by_preload() {
@@ -501,12 +503,16 @@ fn fd_dir_numbers(d: &mut ProcDir, out: &mut Vec<i32>) -> Result<(), Errno> {
     Ok(())
 }
 
-/// Whether the process maps a file named `lib` (the whole file name: `c.so` is not
-/// `libc.so.6`; a library replaced on disk since shows as "(deleted)").
-fn in_maps(pid: i32, lib: &str) -> bool {
-    [format!("/{lib}\n"), format!("/{lib} (deleted)")]
+/// Whether the process maps a file named one of `libs` (the whole file name: `c.so` is not
+/// `libc.so.6`; a library replaced on disk since shows as "(deleted)"), in one read of its
+/// maps.
+fn in_maps(pid: i32, libs: &[String]) -> bool {
+    let needles: Vec<String> = libs
         .iter()
-        .any(|needle| procfd::maps_contain(pid, needle.as_bytes()).unwrap_or(false))
+        .flat_map(|lib| [format!("/{lib}\n"), format!("/{lib} (deleted)")])
+        .collect();
+    let needles: Vec<&[u8]> = needles.iter().map(|n| n.as_bytes()).collect();
+    procfd::maps_contain(pid, &needles).unwrap_or(false)
 }
 
 /// Whether the process's initial environment's LD_PRELOAD names a file called `lib` (entries are separated by
