@@ -29,6 +29,13 @@
                                               library's cold runs; with PREREAD_INODES=1
                                               every inode is made in the inode cache too
                                               (by file handle: no lookup, no dentry)
+  bench/cold_dirs.py ratios FLOOR.json TIME.out
+                                              each cold run of a `time` output (run with
+                                              ROUND_DISK=1) against its round's floor: the
+                                              plain runs' reads (a `floor` output) over the
+                                              round's reads per second at depth 32, plus
+                                              the round's warm run without the shim;
+                                              medians and ranges per contender
   bench/cold_dirs.py memory IMAGE DIR REPS LIB...
                                               the same image loop-mounted read-only from its
                                               file at DIR, the file kept cached: cold runs
@@ -358,6 +365,38 @@ def timing(sd, reps, libs):
     OUT.unlink(missing_ok=True)
 
 
+def ratios(floor_file, time_file):
+    fl = json.loads(Path(floor_file).read_text().strip().splitlines()[-1])
+    rate, warm, cold_runs = {}, {}, []
+    for line in Path(time_file).read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        if "disk" in r:
+            rate[r["rep"]] = r["disk"]["iops_qd32"]
+        elif r.get("summary"):
+            continue
+        elif r["temp"] == "warm" and r["contender"] == "no shim":
+            warm[(r["cmd"], r["rep"])] = r["seconds"]
+        elif r["temp"] == "cold":
+            cold_runs.append(r)
+    if not rate:
+        sys.exit("ratios: the time output has no round's disk rate (run it with ROUND_DISK=1)")
+    by = {}
+    for r in cold_runs:
+        floor_s = fl[r["cmd"]]["requests"] / rate[r["rep"]] + warm[(r["cmd"], r["rep"])]
+        v = by.setdefault((r["cmd"], r["contender"]), dict(s=[], x=[], floor=[]))
+        v["s"].append(r["seconds"])
+        v["x"].append(r["seconds"] / floor_s)
+        v["floor"].append(floor_s)
+    for (cmd, cont), v in by.items():
+        print(json.dumps(dict(cmd=cmd, contender=cont, n=len(v["s"]),
+                              seconds=round(statistics.median(v["s"]), 3),
+                              vs_floor=round(statistics.median(v["x"]), 3),
+                              vs_floor_min=round(min(v["x"]), 3), vs_floor_max=round(max(v["x"]), 3),
+                              floor_s=f"{min(v['floor']):.2f}-{max(v['floor']):.2f}")))
+
+
 def memory(image, sd, reps, libs):
     """Cold runs at memory speed: the filesystem is made cold (unmounted and mounted again)
     but the image file behind its loop device stays in the page cache, so every metadata
@@ -397,6 +436,8 @@ def main():
         timeline(a[1], a[2], a[3])
     elif a[0] == "floor" and len(a) == 2:
         floor(a[1])
+    elif a[0] == "ratios" and len(a) == 3:
+        ratios(a[1], a[2])
     elif a[0] == "memory" and len(a) >= 4:
         memory(a[1], a[2], int(a[3]), a[4:])
     elif a[0] == "time" and len(a) >= 3:

@@ -190,6 +190,23 @@ xfs_reads_check() { # DIR
         '[ "$a" = "$c" ] && grep -q "inode clusters read by Lookup" "$d/xfs-lookup.log"'
 }
 
+# xfs on a slow device: the index walk reads every leaf of the directory's hash index
+# (counted by xfs_db from the directory's block map, on disk once a freeze has flushed the
+# log), but for those the opendir probe's own stats (up to 8) read first. The program
+# lists, then waits, so that only the walk looks names up meanwhile.
+leaf_walk_check() { # DIR
+    local dev bsize ino leaves n
+    dev=$(findmnt -n -o SOURCE --target "$1"); bsize=$(stat -f -c %S "$1"); ino=$(stat -c %i "$1")
+    xfs_freeze -f "$1" && xfs_freeze -u "$1"
+    # Leaf and node blocks live from 32 GiB into the directory, free-space blocks from 64.
+    leaves=$(xfs_db -r -c "inode $ino" -c bmap "$dev" 2>/dev/null | awk -v lo=$((32 << 30)) -v b="$bsize" \
+        '$3 * b >= lo && $3 * b < 2 * lo { n += $8 } END { print n - 1 }')
+    cold; DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 3 2>"$d/walk.log" >/dev/null
+    n=$(sed -n 's/.*index walked after [0-9]* ms (\([0-9]*\) leaves read.*/\1/p' "$d/walk.log")
+    check "slow disk xfs: the index walk reads its leaves (${n:-none} of $leaves, up to 8 read before it)" \
+        '[ -n "$n" ] && [ "$leaves" -gt 1 ] && [ "$n" -ge $((leaves - 8)) ]'
+}
+
 # On the slow disk, where cold stats cost milliseconds.
 if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
     sd=$d/slow
@@ -212,6 +229,10 @@ if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
         order_check "slow disk xfs" "$mnt2/aged"
         if is_root; then xfs_reads_check "$mnt2/aged"
         else skip "slow disk xfs: inode clusters read by bulkstat: needs root"; fi
+        if ! is_root; then skip "slow disk xfs: the index walk's leaves: needs root (a cold run)"
+        elif [ -z "$have_list_then_stat" ] || ! have xfs_db || ! have xfs_freeze; then
+            skip "slow disk xfs: the index walk's leaves: needs a C compiler, xfs_db and xfs_freeze"
+        else leaf_walk_check "$mnt2/aged"; fi
         if [ -n "$have_seccomp" ]; then seccomp_check "slow disk xfs" "$mnt2/aged"
         else skip "slow disk xfs: seccomp filter during a prefetch: no C compiler"; fi
     else

@@ -1,6 +1,8 @@
 // Lists a directory to its end, keeping the stream open, then stats every entry in inode
 // order before it closes the stream: the pattern of fts (du, find) on a directory it
-// reads in one go. Prints the count and the sum of the sizes.
+// reads in one go. Prints the count and the sum of the sizes. A second argument, seconds,
+// is a pause between the listing and the stats (the prefetch's index walk then has the
+// directory to itself).
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -8,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct ent { ino_t ino; char name[256]; };
 
@@ -28,6 +31,7 @@ int main(int argc, char **argv) {
         snprintf(e[n].name, sizeof e[n].name, "%s", de->d_name);
         n++;
     }
+    if (argc > 2) sleep(atoi(argv[2]));
     qsort(e, n, sizeof *e, by_ino);
     long long sum = 0;
     for (size_t i = 0; i < n; i++) {

@@ -69,11 +69,23 @@ const FAST_DEVICE_US: u128 = 1500;
 /// space, one per this many entries (a leaf block holds a few hundred). Names spread over
 /// the hash space as unevenly as the names themselves: on the less aged 100k directory
 /// here the index's 272 leaves (251-504 entries each) span from 33 thousand to 1.9 billion
-/// hash values, and this spread reaches 105 of them; the rest are read by the first
-/// lookups that need them. Probing at the hashes of listed names as well reached them all,
-/// but the walk then lasted as long as the listing and nothing ended sooner
-/// (bench/results/cold-dirs.md, "bulkstat").
+/// hash values, and this spread alone reaches 105 of them (see `XFS_LEAF_FINE_QUARTERS`).
 const XFS_LEAF_PROBE_EVERY: u64 = 64;
+
+/// xfs on a slow device: where a probe of the even spread read a leaf from the device, the
+/// hash values since the last probe hold a leaf boundary, and maybe more leaves: the walk
+/// probes them again at a finer step, and so reads every leaf (264-276 of 272, against
+/// 105). The step is this many quarters of the hash space over the walk's estimate of the
+/// entries (the directory's size over 40): 14,652 hash values for the 100k directory, half
+/// its narrowest leaf (33 thousand: its names crowd into narrow bands, as a smaller
+/// directory's of the same kind do, more thinly). A leaf narrower than the step is left to
+/// the first lookup that needs it, as before. The extra probes of cached leaves cost
+/// microseconds each: about 80 for each leaf read.
+const XFS_LEAF_FINE_QUARTERS: u64 = 3;
+
+/// A probe that took this long read its leaf from the device (a slow device's reads take
+/// over `FAST_DEVICE_US`); one of a cached leaf takes microseconds.
+const XFS_LEAF_READ_US: u128 = 1000;
 
 /// xfs: inodes come from the device in clusters of 32 (v5: 8 KiB scaled by the inode size
 /// over 256 bytes; 16 on v4 with 512-byte inodes): a group of 16 consecutive inode numbers
@@ -84,6 +96,7 @@ const XFS_CLUSTER_SHIFT: u32 = 4;
 /// thousand lookups fill the device's queue with inode reads; the other entries' lookups,
 /// which find their inodes' clusters cached, are left to this many of them: from all 16,
 /// the lookups' handoffs of the directory's root buffer lock held them to about 35k/s.
+/// None once the program has read the whole directory (du, find: see `Job::next_run`).
 const XFS_REST_THREADS: usize = 1;
 
 /// xfs on a fast device: its lookups serialize on a directory-buffer lock, and with reads
@@ -93,11 +106,13 @@ const XFS_FAST_DEVICE_THREADS: usize = 2;
 
 /// xfs on a slow device: while the index walk runs, the listing is split into this many
 /// ranges and (inode clusters read by number) this many workers read inodes. The walk's
-/// leaf reads are a chain, one at a time, and each waits its turn in the device's queue:
-/// with 16 listers and 16 readers beside it the walk took 0.8-1.1 s, with 2 and 2 about
-/// 0.5 s, and the program, which needs every leaf, got going that much sooner; with
-/// lookups, the workers start when both are done (bench/results/cold-dirs.md, "bulkstat").
-const XFS_WALK_READERS: usize = 2;
+/// leaf reads are a chain, one at a time, and each waits its turn in the device's queue,
+/// which serves about nine reads at once at its idle latency and queues the rest: with 16
+/// listers and 16 readers beside it the walk took 0.8-1.1 s for 105 leaves; with 2 and 2
+/// about 0.5 s, and 1.1-1.2 s for all 272; with 1 and 1 (the program's own readdir
+/// readahead making up the rest of the queue) 0.76-0.83 s for all 272, the device still
+/// at 4,000 reads a second (bench/results/cold-dirs.md, "every leaf").
+const XFS_WALK_READERS: usize = 1;
 
 atomic_enum! {
     /// xfs on a slow device: how the workers read each inode cluster's first entry.
@@ -214,23 +229,6 @@ fn pop_lowest(batches: &mut Vec<(u64, VecDeque<Run>)>) -> Option<Run> {
     run
 }
 
-/// The last run of the batch with the highest position, its entries reversed: taken from
-/// the far end of what `pop_lowest` takes.
-fn pop_highest(batches: &mut Vec<(u64, VecDeque<Run>)>) -> Option<Run> {
-    let (i, _) = batches
-        .iter()
-        .enumerate()
-        .max_by_key(|(_, (position, _))| *position)?;
-    let mut run = batches[i].1.pop_back();
-    if batches[i].1.is_empty() {
-        batches.swap_remove(i);
-    }
-    if let Some(r) = &mut run {
-        r.reverse();
-    }
-    run
-}
-
 /// Sorted entries in runs of RUN.
 fn runs_of(names: Run) -> VecDeque<Run> {
     let mut runs = VecDeque::new();
@@ -339,25 +337,21 @@ impl Job {
             {
                 return Some((r, how));
             }
-            if self.xfs_walk && q.listing_done {
+            // A program that stats as it reads (ls -l) does more per entry than the lookup,
+            // and a worker runs ahead of it on what is left. One that read the directory
+            // first (du, find) stats in inode order, and a worker beside it, from either
+            // end, only hands it the directory's root buffer lock at every lookup: once
+            // the index is all read, cold `du -s` took 1.82-1.98 s without one against
+            // 2.12-2.33 s with one from the other end (xfs, 100k aged entries on the slow
+            // disk, bench/results/cold-dirs.md, "every leaf").
+            if self.xfs_walk && q.listing_done && !self.program_listed.load(Ordering::Relaxed) {
                 if !*rest {
                     if self.rest_takers.fetch_add(1, Ordering::Relaxed) >= XFS_REST_THREADS {
                         return None;
                     }
                     *rest = true;
                 }
-                // A program that stats as it reads (ls -l) does more per entry than the
-                // lookup, and this worker runs ahead of it; one that read the directory
-                // first (du, find) stats in inode order too, and the two would take turns
-                // on the same names, so this worker takes them from the other end (xfs,
-                // 100k aged entries on the slow disk, cold `du -s`: 2.33 -> 1.91 s; `ls -l`
-                // served from the other end 2.40 -> 2.68 s).
-                let r = if self.program_listed.load(Ordering::Relaxed) {
-                    pop_highest(&mut q.rest)
-                } else {
-                    pop_lowest(&mut q.rest)
-                };
-                if let Some(r) = r {
+                if let Some(r) = pop_lowest(&mut q.rest) {
                     return Some((r, InodeReads::Lookup));
                 }
             }
@@ -709,17 +703,35 @@ fn xfs_leaf_walk(job: &Job) {
     };
     let entries = sys::file::identify(own.raw()).map_or(0, |st| st.size / 40);
     let probes = (entries / XFS_LEAF_PROBE_EVERY).clamp(64, 1 << 16);
+    let (mut read, mut cached) = (0u64, 0u64);
+    let mut probe = |target: u64| {
+        let t = Instant::now();
+        if let Ok(name) = CString::new(xfs_name_for(target as u32)) {
+            statx_nofollow(own.raw(), &name);
+        }
+        let leaf_read = t.elapsed().as_micros() >= XFS_LEAF_READ_US;
+        *if leaf_read { &mut read } else { &mut cached } += 1;
+        leaf_read
+    };
+    let fine_step = ((1u64 << 32) / entries.max(1) * XFS_LEAF_FINE_QUARTERS / 4).max(1);
+    let mut last = 0;
     for i in 0..probes {
         if job.stopped() {
             break;
         }
-        let target = ((i << 32) / probes) as u32;
-        if let Ok(name) = CString::new(xfs_name_for(target)) {
-            statx_nofollow(own.raw(), &name);
+        let target = (i << 32) / probes;
+        if probe(target) && i > 0 {
+            // A new leaf at `target`: those between it and the last probe's come next.
+            let mut h = last + fine_step;
+            while h < target && !job.stopped() {
+                probe(h);
+                h += fine_step;
+            }
         }
+        last = target;
     }
     crate::debug!(
-        "directory prefetch: {probes} index probes done after {} ms",
+        "directory prefetch: index walked after {} ms ({read} leaves read, {cached} probes cached)",
         job.started.elapsed().as_millis()
     );
     job.give_back(own);
@@ -1009,25 +1021,6 @@ mod tests {
             .map(|(i, _)| i)
             .collect();
         assert_eq!(rest, [6, 8, 301]);
-    }
-
-    #[test]
-    fn the_far_end_is_served_backwards_without_losing_an_entry() {
-        let mut q = Runs::default();
-        let many: Vec<u64> = (0..200).collect();
-        q.rest.push((0, batch(&many[..150])));
-        q.rest.push((4096, batch(&many[150..])));
-        let back: Vec<u64> = std::iter::from_fn(|| pop_highest(&mut q.rest))
-            .flatten()
-            .map(|(i, _)| i)
-            .collect();
-        assert_eq!(back, (0..200).rev().collect::<Vec<u64>>());
-
-        // Sorted by inode, the rest is one batch: its highest inodes come first.
-        q.rest.push((4096, batch(&[9, 700])));
-        q.rest.push((0, batch(&[8, 301])));
-        q.sort_by_inode();
-        assert_eq!(pop_highest(&mut q.rest).unwrap()[0].0, 700);
     }
 
     #[test]
