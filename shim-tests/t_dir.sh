@@ -192,8 +192,8 @@ xfs_reads_check() { # DIR
 
 # xfs on a slow device: the index walk reads every leaf of the directory's hash index
 # (counted by xfs_db from the directory's block map, on disk once a freeze has flushed the
-# log), but for those the opendir probe's own stats (up to 8) read first. The program
-# lists, then waits, so that only the walk looks names up meanwhile.
+# log), but for those the opendir probe read first (it stops at its second cold stat). The
+# program lists, then waits, so that only the walk looks names up meanwhile.
 leaf_walk_check() { # DIR
     local dev bsize ino leaves n
     dev=$(findmnt -n -o SOURCE --target "$1"); bsize=$(stat -f -c %S "$1"); ino=$(stat -c %i "$1")
@@ -203,8 +203,11 @@ leaf_walk_check() { # DIR
         '$3 * b >= lo && $3 * b < 2 * lo { n += $8 } END { print n - 1 }')
     cold; DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 3 2>"$d/walk.log" >/dev/null
     n=$(sed -n 's/.*index walked after [0-9]* ms (\([0-9]*\) leaves read.*/\1/p' "$d/walk.log")
-    check "slow disk xfs: the index walk reads its leaves (${n:-none} of $leaves, up to 8 read before it)" \
-        '[ -n "$n" ] && [ "$leaves" -gt 1 ] && [ "$n" -ge $((leaves - 8)) ]'
+    if [ "${leaves:--1}" -lt 2 ]; then
+        skip "slow disk xfs: the index walk's leaves: xfs_db found no leaf blocks"; return
+    fi
+    check "slow disk xfs: the index walk reads its leaves (${n:-none} of $leaves, up to 2 read before it)" \
+        '[ -n "$n" ] && [ "$n" -ge $((leaves - 2)) ]'
 }
 
 # On the slow disk, where cold stats cost milliseconds.

@@ -369,6 +369,9 @@ pub fn birth_ns(fd: &OwnFd) -> Option<u64> {
 /// Whether /proc/PID/maps holds any of `needles` (a library mapped into the process), in
 /// one pass over the file.
 pub fn maps_contain(pid: i32, needles: &[&[u8]]) -> Result<bool, Errno> {
+    if needles.iter().all(|n| n.is_empty()) {
+        return Ok(false);
+    }
     let p = PathBuf128::new(format_args!("/proc/{pid}/maps"));
     let fd = open_path(p.as_cstr(), libc::O_RDONLY)?;
     let longest = needles.iter().map(|n| n.len()).max().unwrap_or(0);

@@ -40,10 +40,12 @@ pub fn readahead_folio_max(device_readahead: Option<u64>) -> u64 {
 /// size, so a read that starts and ends on multiples of the largest ends on a folio's end.
 /// Other reads read 2 GiB as up to 3.9 GiB, at up to a seventh of the speed
 /// (docs/kernel-facts.md).
-/// `folio_max` is a power of two, so this is a mask test, cheap enough for the hot path.
+/// `folio_max` is a power of two, so this is a mask test, cheap enough for the hot path;
+/// 1 stands for every read (the `dontcache` backend), whatever its count.
 #[inline]
 pub fn uncached_read_fits(asked: u64, off: u64, folio_max: u64) -> bool {
-    asked > 0 && folio_max.is_power_of_two() && (asked | off) & (folio_max - 1) == 0
+    folio_max == 1
+        || (asked > 0 && folio_max.is_power_of_two() && (asked | off) & (folio_max - 1) == 0)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -412,6 +414,9 @@ mod tests {
         // Aligned in size but not in place.
         assert!(!uncached_read_fits(MIB, 4096, f));
         assert!(!uncached_read_fits(0, 0, f));
+        // The dontcache backend's alignment: every read, an empty one too.
+        assert!(uncached_read_fits(10 * 1024, 4096 + 1, 1));
+        assert!(uncached_read_fits(0, 0, 1));
     }
 
     #[test]

@@ -344,6 +344,10 @@ impl Job {
             // the index is all read, cold `du -s` took 1.82-1.98 s without one against
             // 2.12-2.33 s with one from the other end (xfs, 100k aged entries on the slow
             // disk, bench/results/cold-dirs.md, "every leaf").
+            if self.xfs_walk && q.listing_done {
+                // The program may have read to the end since this worker last looked.
+                watch_program(self);
+            }
             if self.xfs_walk && q.listing_done && !self.program_listed.load(Ordering::Relaxed) {
                 if !*rest {
                     if self.rest_takers.fetch_add(1, Ordering::Relaxed) >= XFS_REST_THREADS {
