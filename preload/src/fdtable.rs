@@ -62,6 +62,8 @@ pub struct FileState {
     /// (`engine::files::publish`) and a read of a count not known before the call goes uncached
     /// are judged by it.
     pub read_asked: u64,
+    /// Under `auto`, whether this stream may still read uncached (`engine::files`).
+    pub uncached: Uncached,
     pub read: ReadStream,
     pub write: WriteStream,
     /// Bytes passed through stdio since the kernel position was last sampled.
@@ -92,6 +94,21 @@ pub enum KernelReadahead {
     /// Doubled (FADV_SEQUENTIAL) once its reads turn sequential, unless the program gives
     /// readahead advice of its own.
     Deepen,
+}
+
+/// Under `auto`, whether a sequential stream on a file whose residency can't be proven may
+/// read uncached (RWF_DONTCACHE).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Uncached {
+    /// Each read that ends on readahead's folios' ends (`policy::uncached_read_fits`).
+    #[default]
+    EachRead,
+    /// No more: one of its reads did not fit. Readahead made the folios ahead of an
+    /// uncached read dropbehind, and the kernel drops such a folio at the end of any read of
+    /// it, so a stream that mixes sizes read them again in part (16 MiB of 2 MiB reads, then
+    /// 16 MiB of 4 KiB reads, over and over: 1.29x the file from disk with each small read
+    /// cached, 1.06x with this; t_read.sh).
+    Never,
 }
 
 /// What a small file is to the tree stream (`policy::tree`).
@@ -155,6 +172,7 @@ impl Slot {
                 append: false,
                 unprovable: false,
                 read_asked: 0,
+                uncached: Uncached::EachRead,
                 read: ReadStream::new(),
                 write: WriteStream::new(),
                 stdio_pending: 0,

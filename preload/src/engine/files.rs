@@ -3,7 +3,7 @@
 
 use super::{Engine, contained, register_report};
 use crate::config::Backend;
-use crate::fdtable::{self, Claimed, FileState, Hot, KernelReadahead, Managed, Small};
+use crate::fdtable::{self, Claimed, FileState, Hot, KernelReadahead, Managed, Small, Uncached};
 use crate::policy::{FastRead, Params, Proof, READAHEAD_REACH, Range};
 use crate::{policy, prefetch, proof, stats, sys};
 
@@ -268,9 +268,23 @@ pub(super) fn with_file(fd: i32, scope: Scope, f: impl FnOnce(&'static Engine, &
 }
 
 /// Whether a sequential stream's read of `asked` bytes at `off` goes uncached
-/// (RWF_DONTCACHE), by `uncached_align`.
-pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState, off: u64, asked: u64) -> bool {
-    uncached_align(eng, fd, f).is_some_and(|a| policy::uncached_read_fits(asked, off, a))
+/// (RWF_DONTCACHE), by `uncached_align`; one that does not fit ends the stream's uncached
+/// reads (`Uncached::Never`).
+pub(super) fn uncached_reads(
+    eng: &Engine,
+    fd: i32,
+    f: &mut FileState,
+    off: u64,
+    asked: u64,
+) -> bool {
+    let Some(a) = uncached_align(eng, fd, f) else {
+        return false;
+    };
+    let fits = policy::uncached_read_fits(asked, off, a);
+    if !fits {
+        f.uncached = Uncached::Never;
+    }
+    fits
 }
 
 /// Which of a sequential stream's reads go uncached (RWF_DONTCACHE): none (`None`), or
@@ -282,7 +296,7 @@ pub(super) fn uncached_reads(eng: &Engine, fd: i32, f: &FileState, off: u64, ask
 pub(super) fn uncached_align(eng: &Engine, fd: i32, f: &FileState) -> Option<u64> {
     let align = match eng.cfg.backend {
         Backend::DontCache => 1,
-        Backend::Auto if f.unprovable => {
+        Backend::Auto if f.unprovable && f.uncached == Uncached::EachRead => {
             policy::readahead_folio_max(prefetch::device_readahead(f.dev))
         }
         _ => return None,
