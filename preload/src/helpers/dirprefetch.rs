@@ -347,23 +347,29 @@ impl Job {
             if self.xfs_walk && q.listing_done {
                 // The program may have read to the end since this worker last looked.
                 watch_program(self);
-            }
-            if self.xfs_walk && q.listing_done && !self.program_listed.load(Ordering::Relaxed) {
-                if !*rest {
-                    if self.rest_takers.fetch_add(1, Ordering::Relaxed) >= XFS_REST_THREADS {
-                        return None;
+                if !self.program_listed.load(Ordering::Relaxed) {
+                    if !*rest {
+                        if self.rest_takers.fetch_add(1, Ordering::Relaxed) >= XFS_REST_THREADS {
+                            return None;
+                        }
+                        *rest = true;
                     }
-                    *rest = true;
-                }
-                if let Some(r) = pop_lowest(&mut q.rest) {
-                    return Some((r, InodeReads::Lookup));
+                    if let Some(r) = pop_lowest(&mut q.rest) {
+                        return Some((r, InodeReads::Lookup));
+                    }
                 }
             }
             if q.listing_done {
                 if !self.logged_end.swap(true, Ordering::Relaxed) {
+                    let left = self.xfs_walk && self.program_listed.load(Ordering::Relaxed);
                     crate::debug!(
-                        "directory prefetch: last run of stats taken after {} ms",
-                        self.started.elapsed().as_millis()
+                        "directory prefetch: last run of stats taken after {} ms{}",
+                        self.started.elapsed().as_millis(),
+                        if left {
+                            ", the rest left to the program"
+                        } else {
+                            ""
+                        }
                     );
                 }
                 return None;
