@@ -212,6 +212,13 @@ leaf_walk_check() { # DIR
     # it would only hand it the directory's root buffer lock at every lookup.
     check "slow disk xfs: the rest left to a program that listed the directory first" \
         grep -q "the rest left to the program" "$d/walk.log"
+    # One entry per inode cluster read first, not one per cluster in every listed batch:
+    # those lookups queue on the directory's root buffer lock with the program's.
+    local firsts groups
+    firsts=$(sed -n 's/.*entries listed in [0-9]* ms (\([0-9]*\) read first.*/\1/p' "$d/walk.log")
+    groups=$(ls -f -i "$1" | awk '!seen[int($1 / 16)]++ { n++ } END { print n + 0 }')
+    check "slow disk xfs: one entry read first per inode cluster (${firsts:-none}, at most $groups)" \
+        '[ -n "$firsts" ] && [ "$firsts" -le "$groups" ]'
 }
 
 # On the slow disk, where cold stats cost milliseconds.

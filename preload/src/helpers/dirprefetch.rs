@@ -189,11 +189,44 @@ struct Runs {
     listing_done: bool,
     /// What is left is served in inode order (see `watch_program`).
     by_inode: bool,
+    /// xfs on a slow device: the inode clusters (numbers shifted by `XFS_CLUSTER_SHIFT`),
+    /// sorted, whose first entry was queued in some batch. Most batches hold entries of most
+    /// clusters (listing order is not inode order): chosen batch by batch, the firsts were
+    /// 33,000 lookups for the 100k directory's 3,130 clusters, and without CAP_SYS_ADMIN
+    /// those lookups, queued on the directory's root buffer lock, held the program's own
+    /// to 2,000 a second (bench/results/cold-dirs.md, "one first per cluster").
+    clusters: Vec<u64>,
+    /// How many entries `split_firsts` chose as their clusters' first (for the log).
+    firsts: usize,
 }
 
 impl Runs {
     fn pop(&mut self) -> Option<Run> {
         pop_lowest(&mut self.batches)
+    }
+
+    /// A sorted batch split into the first entry of each inode cluster not seen in an
+    /// earlier batch, and the rest. Read by number (`by_number`), a first is looked up with
+    /// the rest too: its lookup makes the dentry the program's stat would otherwise make.
+    fn split_firsts(&mut self, batch: Run, by_number: bool) -> (Run, Run) {
+        let (mut firsts, mut rest, mut new) = (Vec::new(), Vec::new(), Vec::new());
+        let mut known = self.clusters.iter().peekable();
+        for (ino, name) in batch {
+            let cluster = ino >> XFS_CLUSTER_SHIFT;
+            while known.next_if(|&&k| k < cluster).is_some() {}
+            if known.peek() == Some(&&cluster) || new.last() == Some(&cluster) {
+                rest.push((ino, name));
+            } else {
+                new.push(cluster);
+                if by_number {
+                    rest.push((ino, name.clone()));
+                }
+                firsts.push((ino, name));
+            }
+        }
+        self.firsts += firsts.len();
+        self.clusters = merge_sorted(std::mem::take(&mut self.clusters), new);
+        (firsts, rest)
     }
 
     /// Every batch left as one, in inode order (and so the xfs rest). Batches listed after
@@ -227,6 +260,17 @@ fn pop_lowest(batches: &mut Vec<(u64, VecDeque<Run>)>) -> Option<Run> {
         batches.swap_remove(i);
     }
     run
+}
+
+/// Two sorted lists as one.
+fn merge_sorted(a: Vec<u64>, b: Vec<u64>) -> Vec<u64> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+        out.extend(if x <= y { a.next() } else { b.next() });
+    }
+    out.extend(a.chain(b));
+    out
 }
 
 /// Sorted entries in runs of RUN.
@@ -274,29 +318,13 @@ impl Job {
             return;
         }
         batch.sort_unstable_by_key(|e| e.0);
-        let mut rest = Vec::new();
-        let names = if self.xfs_walk {
-            let mut firsts = Vec::new();
-            let mut cluster = None;
-            let by_number = self.inode_reads.load(Ordering::Relaxed) == InodeReads::Bulkstat;
-            for (ino, name) in batch {
-                if cluster == Some(ino >> XFS_CLUSTER_SHIFT) {
-                    rest.push((ino, name));
-                } else {
-                    cluster = Some(ino >> XFS_CLUSTER_SHIFT);
-                    // Read by number, the first is looked up with the rest too: its lookup
-                    // makes the dentry the program's stat would otherwise make.
-                    if by_number {
-                        rest.push((ino, name.clone()));
-                    }
-                    firsts.push((ino, name));
-                }
-            }
-            firsts
-        } else {
-            batch
-        };
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let (names, rest) = if self.xfs_walk {
+            let by_number = self.inode_reads.load(Ordering::Relaxed) == InodeReads::Bulkstat;
+            q.split_firsts(batch, by_number)
+        } else {
+            (batch, Vec::new())
+        };
         q.batches.push((position, runs_of(names)));
         if !rest.is_empty() {
             q.rest.push((position, runs_of(rest)));
@@ -543,11 +571,19 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
                     }
                 }
                 let _ = catch_unwind(AssertUnwindSafe(|| list(&job, threads)));
-                crate::debug!(
-                    "directory prefetch: {} entries listed in {} ms",
+                let (listed, ms) = (
                     INODES_WARMED.load(Ordering::Relaxed),
-                    job.started.elapsed().as_millis()
+                    job.started.elapsed().as_millis(),
                 );
+                if job.xfs_walk {
+                    let firsts = job.queue.lock().map_or(0, |q| q.firsts);
+                    crate::debug!(
+                        "directory prefetch: {listed} entries listed in {ms} ms \
+                         ({firsts} read first, one per inode cluster)"
+                    );
+                } else {
+                    crate::debug!("directory prefetch: {listed} entries listed in {ms} ms");
+                }
                 job.listing_done();
             }
             work(&job);
@@ -1031,6 +1067,30 @@ mod tests {
             .map(|(i, _)| i)
             .collect();
         assert_eq!(rest, [6, 8, 301]);
+    }
+
+    #[test]
+    fn one_first_per_inode_cluster_across_batches() {
+        let mut q = Runs::default();
+        let names = |inos: &[u64]| -> Run {
+            inos.iter()
+                .map(|&i| (i, CString::new(format!("f{i}")).unwrap()))
+                .collect()
+        };
+        let inos = |run: &Run| run.iter().map(|e| e.0).collect::<Vec<u64>>();
+        let (firsts, rest) = q.split_firsts(names(&[16, 17, 40, 64]), false);
+        assert_eq!((inos(&firsts), inos(&rest)), (vec![16, 40, 64], vec![17]));
+        // A later batch with entries of the same clusters: only the new cluster's first.
+        let (firsts, rest) = q.split_firsts(names(&[18, 41, 100]), false);
+        assert_eq!((inos(&firsts), inos(&rest)), (vec![100], vec![18, 41]));
+        let (firsts, rest) = q.split_firsts(names(&[19, 128]), true);
+        assert_eq!((inos(&firsts), inos(&rest)), (vec![128], vec![19, 128]));
+        // Clusters below and between those seen, then all of them seen.
+        let (firsts, _) = q.split_firsts(names(&[5, 18, 50, 90]), false);
+        assert_eq!(inos(&firsts), [5, 50, 90]);
+        let (firsts, rest) = q.split_firsts(names(&[0, 31, 32, 63, 80, 111, 143]), false);
+        assert!(firsts.is_empty(), "{:?}", inos(&firsts));
+        assert_eq!(rest.len(), 7);
     }
 
     #[test]
