@@ -219,6 +219,14 @@ leaf_walk_check() { # DIR
     groups=$(ls -f -i "$1" | awk '!seen[int($1 / 16)]++ { n++ } END { print n + 0 }')
     check "slow disk xfs: one entry read first per inode cluster (${firsts:-none}, at most $groups)" \
         '[ -n "$firsts" ] && [ "$firsts" -le "$groups" ]'
+    # A program that reads part of the directory and stats it before it reads on (fts, with
+    # at most 100,000 entries at a time) looks names up itself meanwhile: the rest worker
+    # waits while its position stands still, not to queue with it on the root buffer lock.
+    local plain parts
+    plain=$("$d/list_then_stat" "$1")
+    cold; parts=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 1 2500 2>"$d/parts.log")
+    check "slow disk xfs: the rest waits while a program reading in parts stats one (output identical)" \
+        '[ "$parts" = "$plain" ] && grep -q "the rest waits" "$d/parts.log"'
 }
 
 # On the slow disk, where cold stats cost milliseconds.

@@ -99,6 +99,10 @@ const XFS_CLUSTER_SHIFT: u32 = 4;
 /// None once the program has read the whole directory (du, find: see `Job::next_run`).
 const XFS_REST_THREADS: usize = 1;
 
+/// xfs on a slow device: how long the program's directory position may stand still before
+/// the rest worker waits for it to move (see `Job::program_paused`).
+const XFS_REST_PAUSE_MS: u64 = 100;
+
 /// xfs on a fast device: its lookups serialize on a directory-buffer lock, and with reads
 /// this cheap more threads only queue there (local disk, 100k aged entries, cold `ls -l`:
 /// 3.57 s plain, 3.83 s with 16 threads, 3.52 with 4, 2.75 with 2).
@@ -169,6 +173,11 @@ struct Job {
     offsets_end: AtomicU64,
     /// The program has read its directory stream to the end.
     program_listed: AtomicBool,
+    /// The program's directory position as last read, and when it last moved (ms after
+    /// `started`): see `program_paused`.
+    program_at: AtomicU64,
+    program_moved_ms: AtomicU64,
+    logged_pause: AtomicBool,
     /// A worker is looking at the program's position now.
     watching: AtomicBool,
 }
@@ -333,6 +342,26 @@ impl Job {
         self.ready.notify_all();
     }
 
+    /// The program's position has stood still for `XFS_REST_PAUSE_MS`, short of the
+    /// directory's end: it is busy with what it read, and if that is stats, its lookups and
+    /// the rest worker's would take turns on the directory's root buffer lock. fts (du,
+    /// find) reads at most 100,000 entries at a time and stats them in inode order before it
+    /// reads on: on the 1M-entry xfs directory, `du -s` took 23.7 s with the worker looking
+    /// up beside it and 20.2 s with it waiting (bench/results/cold-dirs.md, "one first per
+    /// cluster"). `ls -l`, which stats as it reads, moves on every few milliseconds.
+    fn program_paused(&self) -> bool {
+        let now = self.started.elapsed().as_millis() as u64;
+        let paused = self.program_pos.is_some()
+            && now.saturating_sub(self.program_moved_ms.load(Ordering::Relaxed))
+                > XFS_REST_PAUSE_MS;
+        if paused && !self.logged_pause.swap(true, Ordering::Relaxed) {
+            crate::debug!(
+                "directory prefetch: the program stopped reading after {now} ms: the rest waits"
+            );
+        }
+        paused
+    }
+
     fn listing_done(&self) {
         self.queue
             .lock()
@@ -381,6 +410,14 @@ impl Job {
                             return None;
                         }
                         *rest = true;
+                    }
+                    if self.program_paused() {
+                        q = self
+                            .ready
+                            .wait_timeout(q, std::time::Duration::from_millis(20))
+                            .map(|(q, _)| q)
+                            .unwrap_or_else(|e| e.into_inner().0);
+                        continue;
                     }
                     if let Some(r) = pop_lowest(&mut q.rest) {
                         return Some((r, InodeReads::Lookup));
@@ -509,6 +546,9 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         program_pos,
         offsets_end: AtomicU64::new(0),
         program_listed: AtomicBool::new(false),
+        program_at: AtomicU64::new(0),
+        program_moved_ms: AtomicU64::new(0),
+        logged_pause: AtomicBool::new(false),
         watching: AtomicBool::new(false),
     });
     // The probe's batch is where the program starts reading: the workers take it first,
@@ -664,7 +704,15 @@ fn watch_program(job: &Job) {
     {
         return;
     }
-    if info.read().is_ok_and(|i| i.pos.saturating_add(1) >= end) {
+    let Ok(pos) = info.read().map(|i| i.pos) else {
+        job.watching.store(false, Ordering::Release);
+        return;
+    };
+    if job.program_at.swap(pos, Ordering::Relaxed) != pos {
+        let now = job.started.elapsed().as_millis() as u64;
+        job.program_moved_ms.store(now, Ordering::Relaxed);
+    }
+    if pos.saturating_add(1) >= end {
         crate::debug!(
             "directory prefetch: the program read the directory to its end after {} ms: \
              the rest by inode",
