@@ -16,6 +16,12 @@
                                               the prefetch's debug lines, and when the last
                                               read came against when the run ended (the
                                               rest is CPU)
+  bench/cold_dirs.py locks DIR LIB CMD        one cold run of CMD with LIB under `perf record`
+                                              of xfs's buffer-lock tracepoints: for the buffer
+                                              locked most (a directory's root), each thread's
+                                              acquisitions, time held and time waited, and per
+                                              200 ms the grants and waits of the program and
+                                              of the helpers (xfs only; needs perf)
   bench/cold_dirs.py time DIR REPS LIB...     cold `ls -l` and `du -s` with each LIB, warm
                                               ones without the shim too, interleaved, REPS
                                               rounds (the plain cold runs are `floor`'s);
@@ -287,6 +293,70 @@ def timeline(sd, lib, name):
                       "last_read_s": round(last_read - start, 3), "reads": samples[-1][1] - first}))
 
 
+def locks(sd, lib, name):
+    """A cold run of CMDS[name] with LIB, xfs's buffer-lock events recorded system-wide."""
+    d = mnt_of(sd) + "/aged"
+    data = f"/dev/shm/cold-dirs-{os.getpid()}.perf"
+    cold(sd)
+    events = ["xfs:xfs_buf_lock", "xfs:xfs_buf_lock_done", "xfs:xfs_buf_trylock", "xfs:xfs_buf_unlock"]
+    perf = subprocess.Popen(["perf", "record", "-q", "-a", "-m", "16M", "-o", data]
+                            + [x for e in events for x in ("-e", e)], stderr=subprocess.DEVNULL)
+    time.sleep(1.5)  # perf's start
+    env = dict(os.environ, LD_PRELOAD=lib)
+    start = time.monotonic()
+    p = subprocess.Popen(CMDS[name].format(d=d), shell=True, env=env, stdout=subprocess.DEVNULL)
+    p.wait()
+    run_s = time.monotonic() - start
+    perf.send_signal(2)
+    perf.wait()
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,tid,time,event,trace"],
+                         capture_output=True, text=True).stdout
+    os.unlink(data)
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        # comm tid time: event: dev M:N daddr 0x...
+        if len(f) > 6 and f[3].startswith("xfs:") and "daddr" in f:
+            rows.append((float(f[2].rstrip(":")), f[0], int(f[1]), f[3].rstrip(":"), f[f.index("daddr") + 1]))
+    if not rows:
+        sys.exit("no xfs buffer-lock events recorded (xfs? perf?)")
+    counts = {}
+    for _, _, _, e, daddr in rows:
+        if e == "xfs:xfs_buf_lock":
+            counts[daddr] = counts.get(daddr, 0) + 1
+    root = max(counts, key=counts.get)
+    prog = next((tid for _, comm, tid, _, _ in rows if comm in ("ls", "du")), None)
+    t0 = rows[0][0]
+    per, buckets, waiting, holder = {}, {}, {}, None
+    for t, comm, tid, e, daddr in rows:
+        if daddr != root:
+            continue
+        who = "program" if tid == prog else "helpers" if comm.startswith("dropbehind") else "other"
+        th = per.setdefault(tid, {"comm": comm, "holds": 0, "held_s": 0.0, "waited_s": 0.0})
+        bk = buckets.setdefault(int((t - t0) * 5), {})
+        if e == "xfs:xfs_buf_lock":
+            waiting[tid] = t
+        elif e in ("xfs:xfs_buf_lock_done", "xfs:xfs_buf_trylock"):
+            if tid in waiting:
+                w = t - waiting.pop(tid)
+                th["waited_s"] += w
+                bk[who + "_waited_s"] = bk.get(who + "_waited_s", 0) + w
+            holder = (tid, t)
+            th["holds"] += 1
+            bk[who + "_grants"] = bk.get(who + "_grants", 0) + 1
+        elif e == "xfs:xfs_buf_unlock" and holder and holder[0] == tid:
+            th["held_s"] += t - holder[1]
+            holder = None
+    print(json.dumps({"cmd": name, "lib": lib, "run_s": round(run_s, 3), "buffer": root,
+                      "acquisitions": counts[root]}))
+    for tid, th in sorted(per.items(), key=lambda kv: -kv[1]["holds"]):
+        print(json.dumps({"tid": tid, **{k: round(v, 3) if isinstance(v, float) else v
+                                          for k, v in th.items()}}))
+    for b in sorted(buckets):
+        print(json.dumps({"t": b / 5, **{k: round(v, 3) if isinstance(v, float) else v
+                                         for k, v in sorted(buckets[b].items())}}))
+
+
 def floor(sd):
     loop = loop_of(sd)
     d = mnt_of(sd) + "/aged"
@@ -432,6 +502,8 @@ def main():
         print(json.dumps(disk(a[1])))
     elif a[0] == "queue" and len(a) == 2:
         queue(a[1])
+    elif a[0] == "locks" and len(a) == 4 and a[3] in CMDS:
+        locks(a[1], a[2], a[3])
     elif a[0] == "timeline" and len(a) == 4 and a[3] in CMDS:
         timeline(a[1], a[2], a[3])
     elif a[0] == "floor" and len(a) == 2:
