@@ -205,8 +205,6 @@ struct Runs {
     /// those lookups, queued on the directory's root buffer lock, held the program's own
     /// to 2,000 a second (bench/results/cold-dirs.md, "one first per cluster").
     clusters: Vec<u64>,
-    /// How many entries `split_firsts` chose as their clusters' first (for the log).
-    firsts: usize,
 }
 
 impl Runs {
@@ -233,7 +231,6 @@ impl Runs {
                 firsts.push((ino, name));
             }
         }
-        self.firsts += firsts.len();
         self.clusters = merge_sorted(std::mem::take(&mut self.clusters), new);
         (firsts, rest)
     }
@@ -346,9 +343,9 @@ impl Job {
     /// directory's end: it is busy with what it read, and if that is stats, its lookups and
     /// the rest worker's would take turns on the directory's root buffer lock. fts (du,
     /// find) reads at most 100,000 entries at a time and stats them in inode order before it
-    /// reads on: on the 1M-entry xfs directory, `du -s` took 23.7 s with the worker looking
-    /// up beside it and 20.2 s with it waiting (bench/results/cold-dirs.md, "one first per
-    /// cluster"). `ls -l`, which stats as it reads, moves on every few milliseconds.
+    /// reads on: on the 1M-entry xfs directory, cold `du -s` took 26.2-27.9 s with the worker
+    /// looking up beside it and 20.2-20.8 s with it waiting (bench/results/cold-dirs.md, "one
+    /// first per cluster"). `ls -l`, which stats as it reads, moves on every few milliseconds.
     fn program_paused(&self) -> bool {
         let now = self.started.elapsed().as_millis() as u64;
         let paused = self.program_pos.is_some()
@@ -616,7 +613,8 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
                     job.started.elapsed().as_millis(),
                 );
                 if job.xfs_walk {
-                    let firsts = job.queue.lock().map_or(0, |q| q.firsts);
+                    // One first per cluster in `clusters`.
+                    let firsts = job.queue.lock().map_or(0, |q| q.clusters.len());
                     crate::debug!(
                         "directory prefetch: {listed} entries listed in {ms} ms \
                          ({firsts} read first, one per inode cluster)"
@@ -704,21 +702,19 @@ fn watch_program(job: &Job) {
     {
         return;
     }
-    let Ok(pos) = info.read().map(|i| i.pos) else {
-        job.watching.store(false, Ordering::Release);
-        return;
-    };
-    if job.program_at.swap(pos, Ordering::Relaxed) != pos {
-        let now = job.started.elapsed().as_millis() as u64;
-        job.program_moved_ms.store(now, Ordering::Relaxed);
-    }
-    if pos.saturating_add(1) >= end {
-        crate::debug!(
-            "directory prefetch: the program read the directory to its end after {} ms: \
-             the rest by inode",
-            job.started.elapsed().as_millis()
-        );
-        job.program_listed.store(true, Ordering::Relaxed);
+    if let Ok(pos) = info.read().map(|i| i.pos) {
+        if job.program_at.swap(pos, Ordering::Relaxed) != pos {
+            let now = job.started.elapsed().as_millis() as u64;
+            job.program_moved_ms.store(now, Ordering::Relaxed);
+        }
+        if pos.saturating_add(1) >= end {
+            crate::debug!(
+                "directory prefetch: the program read the directory to its end after {} ms: \
+                 the rest by inode",
+                job.started.elapsed().as_millis()
+            );
+            job.program_listed.store(true, Ordering::Relaxed);
+        }
     }
     job.watching.store(false, Ordering::Release);
 }
