@@ -4,10 +4,11 @@
 # directories, not for warm ones, and leaves no thread or fd behind.
 . "$(dirname "$0")/lib.sh"
 d=$(scratch)
-sd= sd2=
+sd= sd2= sd3=
 cleanup() {
     [ -n "$sd" ] && "$ROOT/scripts/slowdisk.sh" down "$sd" >/dev/null 2>&1
     [ -n "$sd2" ] && "$ROOT/scripts/slowdisk.sh" down "$sd2" >/dev/null 2>&1
+    [ -n "$sd3" ] && "$ROOT/scripts/slowdisk.sh" down "$sd3" >/dev/null 2>&1
     rm -rf "$d"
 }
 trap cleanup EXIT
@@ -190,6 +191,30 @@ xfs_reads_check() { # DIR
         '[ "$a" = "$c" ] && grep -q "inode clusters read by Lookup" "$d/xfs-lookup.log"'
 }
 
+# ext4 on a slow device: the workers wait for the listing, which has the device to itself
+# meanwhile. A program that reads the directory to its end before it stats (fts) finds no
+# stats taken before the listing ended.
+listing_first_check() { # DIR
+    if [ -z "$have_list_then_stat" ]; then skip "slow disk ext4: the listing first: no C compiler"; return; fi
+    local plain b
+    plain=$("$d/list_then_stat" "$1")
+    cold; b=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 2>"$d/first.log")
+    check "slow disk ext4: no stats taken before the listing ends, output identical" \
+        '[ "$b" = "$plain" ] && grep -q "entries listed in [0-9]* ms (0 runs of stats taken meanwhile)" "$d/first.log"'
+}
+
+# ... but one that stops reading short of the end to stat what it read (fts reads at most
+# 100,000 entries at a time) gets its stats before the listing ends. On a 50 ms disk, where
+# the 5000 entries take longer to list than the 100 ms a position must stand still.
+parts_check() { # DIR
+    if [ -z "$have_list_then_stat" ]; then skip "slow disk ext4, 50 ms: reading in parts: no C compiler"; return; fi
+    local plain parts
+    plain=$("$d/list_then_stat" "$1")
+    cold; parts=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 1 2500 2>"$d/parts50.log")
+    check "slow disk ext4, 50 ms: stats start before the listing ends for a program reading in parts (output identical)" \
+        '[ "$parts" = "$plain" ] && grep -q "the stats start before the listing ends" "$d/parts50.log"'
+}
+
 # xfs on a slow device: the index walk reads every leaf of the directory's hash index
 # (counted by xfs_db from the directory's block map, on disk once a freeze has flushed the
 # log), but for those the opendir probe read first (it stops at its second cold stat). The
@@ -236,10 +261,19 @@ if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
         python3 "$ROOT/scripts/make-dirs.py" aged "$mnt/aged" 5000
         run_suite "slow disk ext4" "$mnt/aged"
         order_check "slow disk ext4" "$mnt/aged"
+        listing_first_check "$mnt/aged"
         if [ -n "$have_seccomp" ]; then seccomp_check "slow disk ext4" "$mnt/aged"
         else skip "slow disk ext4: seccomp filter during a prefetch: no C compiler"; fi
     else
         skip "slow disk: $(cat "$d/sd.err")"
+    fi
+    if sd3=$d/slow-50 && mnt3=$("$ROOT/scripts/slowdisk.sh" up "$sd3" --fs ext4 --size 1G --delay-ms 50 2>"$d/sd3.err"); then
+        python3 "$ROOT/scripts/make-dirs.py" aged "$mnt3/aged" 5000
+        # Written back and out of the journal, or the first cold run finds inodes cached.
+        sync; have fsfreeze && fsfreeze -f "$mnt3" && fsfreeze -u "$mnt3"
+        parts_check "$mnt3/aged"
+    else
+        skip "slow disk ext4, 50 ms: $(cat "$d/sd3.err")"
     fi
     # xfs on a slow device takes its own path (the index walk, one stat per inode cluster
     # first): the same programs, the same output.

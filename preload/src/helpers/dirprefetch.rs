@@ -99,9 +99,9 @@ const XFS_CLUSTER_SHIFT: u32 = 4;
 /// None once the program has read the whole directory (du, find: see `Job::next_run`).
 const XFS_REST_THREADS: usize = 1;
 
-/// xfs on a slow device: how long the program's directory position may stand still before
-/// the rest worker waits for it to move (see `Job::program_paused`).
-const XFS_REST_PAUSE_MS: u64 = 100;
+/// Slow devices: how long the program's directory position may stand still, short of the
+/// end, before it counts as busy with what it read (see `Job::program_paused`).
+const PROGRAM_PAUSE_MS: u64 = 100;
 
 /// xfs on a fast device: its lookups serialize on a directory-buffer lock, and with reads
 /// this cheap more threads only queue there (local disk, 100k aged entries, cold `ls -l`:
@@ -156,6 +156,12 @@ struct Job {
     /// xfs on a slow device: the workers wait until the directory is listed, and a walker
     /// reads the directory's hash index meanwhile (see `xfs_leaf_walk`).
     xfs_walk: bool,
+    /// ext4 on a slow device: the workers wait until the directory is listed, unless the
+    /// program stops reading first (see `Job::stats_may_start`).
+    listing_first: bool,
+    /// Runs of stats the workers took so far (the listing's debug line gives how many
+    /// went before it ended).
+    runs_taken: AtomicUsize,
     /// Workers that took on `Runs::rest`.
     rest_takers: AtomicUsize,
     /// xfs on a slow device: how each cluster's first inode is read. Bulkstat falls back to
@@ -339,22 +345,46 @@ impl Job {
         self.ready.notify_all();
     }
 
-    /// The program's position has stood still for `XFS_REST_PAUSE_MS`, short of the
-    /// directory's end: it is busy with what it read, and if that is stats, its lookups and
-    /// the rest worker's would take turns on the directory's root buffer lock. fts (du,
+    /// The program's position has stood still for `PROGRAM_PAUSE_MS`, short of the
+    /// directory's end: it is busy with what it read. On xfs, if that is stats, its lookups
+    /// and the rest worker's would take turns on the directory's root buffer lock. fts (du,
     /// find) reads at most 100,000 entries at a time and stats them in inode order before it
     /// reads on: on the 1M-entry xfs directory, cold `du -s` took 26.2-27.9 s with the worker
     /// looking up beside it and 20.2-20.8 s with it waiting (bench/results/cold-dirs.md, "one
     /// first per cluster"). `ls -l`, which stats as it reads, moves on every few milliseconds.
     fn program_paused(&self) -> bool {
         let now = self.started.elapsed().as_millis() as u64;
-        let paused = self.program_pos.is_some()
-            && now.saturating_sub(self.program_moved_ms.load(Ordering::Relaxed))
-                > XFS_REST_PAUSE_MS;
-        if paused && !self.logged_pause.swap(true, Ordering::Relaxed) {
+        self.program_pos.is_some()
+            && now.saturating_sub(self.program_moved_ms.load(Ordering::Relaxed)) > PROGRAM_PAUSE_MS
+    }
+
+    /// Logs `what` the first time the program is found paused.
+    fn log_pause(&self, what: &str) {
+        if !self.logged_pause.swap(true, Ordering::Relaxed) {
             crate::debug!(
-                "directory prefetch: the program stopped reading after {now} ms: the rest waits"
+                "directory prefetch: the program stopped reading after {} ms: {what}",
+                self.started.elapsed().as_millis()
             );
+        }
+    }
+
+    /// Whether the workers may stat while the listing runs. ext4 reads a directory one
+    /// block at a time, and the listers' block reads and the inode-table reads of the
+    /// workers' stats share the device: with both at once, the 100k aged directory on the
+    /// slow disk was listed in 0.58-0.61 s, and cold `du -s`, which reads the whole
+    /// directory before it stats, then had nearly all the stats' CPU left (1.27 s in all);
+    /// listed first, in 0.20 s, that CPU overlaps the inode reads (1.13 s), and `ls -l` was
+    /// unchanged (1.65 / 1.63 s; bench/results/cold-dirs.md, "ext4: the listing first").
+    /// A program that stops reading short of the end is statting what it read (`ls -l`'s
+    /// batches; fts, which reads 100,000 entries at a time): its stats do not wait.
+    fn stats_may_start(&self, q: &Runs) -> bool {
+        if !self.listing_first || q.listing_done {
+            return true;
+        }
+        watch_program(self);
+        let paused = self.program_paused();
+        if paused {
+            self.log_pause("the stats start before the listing ends");
         }
         paused
     }
@@ -387,6 +417,7 @@ impl Job {
             let may_read_now = how == InodeReads::Bulkstat
                 && (index < XFS_WALK_READERS || self.walk_done.load(Ordering::Relaxed));
             if (!self.xfs_walk || q.listing_done || may_read_now)
+                && self.stats_may_start(&q)
                 && let Some(r) = q.pop()
             {
                 return Some((r, how));
@@ -409,6 +440,7 @@ impl Job {
                         *rest = true;
                     }
                     if self.program_paused() {
+                        self.log_pause("the rest waits");
                         q = self
                             .ready
                             .wait_timeout(q, std::time::Duration::from_millis(20))
@@ -536,6 +568,8 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         started: Instant::now(),
         logged_end: AtomicBool::new(false),
         xfs_walk,
+        listing_first: kind == EXT4_SUPER_MAGIC && threads > 1 && latency_us >= FAST_DEVICE_US,
+        runs_taken: AtomicUsize::new(0),
         rest_takers: AtomicUsize::new(0),
         inode_reads: AtomicInodeReads::new(inode_reads),
         walk_done: AtomicBool::new(!xfs_walk),
@@ -620,7 +654,11 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
                          ({firsts} read first, one per inode cluster)"
                     );
                 } else {
-                    crate::debug!("directory prefetch: {listed} entries listed in {ms} ms");
+                    let taken = job.runs_taken.load(Ordering::Relaxed);
+                    crate::debug!(
+                        "directory prefetch: {listed} entries listed in {ms} ms \
+                         ({taken} runs of stats taken meanwhile)"
+                    );
                 }
                 job.listing_done();
             }
@@ -661,6 +699,7 @@ fn work(job: &Job) {
         let Some((run, how)) = job.next_run(&mut rest, index) else {
             return;
         };
+        job.runs_taken.fetch_add(1, Ordering::Relaxed);
         for (ino, name) in &run {
             if job.stopped() {
                 return;
