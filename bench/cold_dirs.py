@@ -5,7 +5,9 @@
   bench/cold_dirs.py down DIR
   bench/cold_dirs.py floor DIR                the disk's latency and queue depth (fio), and
                                               the reads and distinct 4 KiB blocks of a cold
-                                              plain `ls -l` and `du -s` (block tracepoint)
+                                              plain `ls -l` and `du -s` (block tracepoint),
+                                              and the CPU seconds the machine spends on
+                                              each (a second, untraced run)
   bench/cold_dirs.py disk DIR                 only the disk's latency and queue depth
   bench/cold_dirs.py queue DIR                the latency of one read at a time beside
                                               K more in flight (K = 0-32): how long a
@@ -13,9 +15,10 @@
                                               takes while other reads fill the queue
   bench/cold_dirs.py timeline DIR LIB CMD     one cold run of CMD (`ls -l`, `du -s`) with
                                               LIB: reads completed and in flight per 100 ms,
-                                              the prefetch's debug lines, and when the last
-                                              read came against when the run ended (the
-                                              rest is CPU)
+                                              the CPUs in use (the machine's, the program's
+                                              main thread's, its helpers'), the prefetch's
+                                              debug lines, and when the last read came
+                                              against when the run ended
   bench/cold_dirs.py locks DIR LIB CMD        one cold run of CMD with LIB under `perf record`
                                               of xfs's buffer-lock tracepoints: for the buffer
                                               locked most (a directory's root), each thread's
@@ -41,7 +44,9 @@
                                               plain runs' reads (a `floor` output) over the
                                               round's reads per second at depth 32, plus
                                               the round's warm run without the shim;
-                                              medians and ranges per contender
+                                              medians and ranges per contender; and against
+                                              the CPU floor: the plain cold run's CPU
+                                              seconds over the machine's CPUs
   bench/cold_dirs.py memory IMAGE DIR REPS LIB...
                                               the same image loop-mounted read-only from its
                                               file at DIR, the file kept cached: cold runs
@@ -60,6 +65,7 @@ import ctypes
 import errno
 import json
 import os
+import resource
 import statistics
 import struct
 import subprocess
@@ -201,15 +207,28 @@ def up(image, fs, sd):
     print(out.strip().splitlines()[-1])
 
 
+def machine_busy():
+    """Seconds of CPU the whole machine has spent busy (/proc/stat: user, nice, system, irq,
+    softirq, steal), over all its CPUs."""
+    f = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    return sum(int(x) for x in f[:3] + f[5:8]) / os.sysconf("SC_CLK_TCK")
+
+
 def run(cmd, env, expect=None):
+    """Runs `cmd`: its seconds, its output, and the CPU seconds it took: `program` (its
+    process and threads, the shim's helpers among them) and `machine` (every CPU's busy
+    time over the run, which on the slow disk includes its nbdkit and nbdfuse)."""
     with open(OUT, "wb") as out:
+        c0, m0 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy()
         t = time.monotonic()
         subprocess.run(["bash", "-c", cmd], env=env, stdout=out, check=True)
         secs = time.monotonic() - t
+        c1, m1 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy()
     data = OUT.read_bytes()
     if expect is not None and data != expect:
         raise SystemExit(f"output differs: {cmd} with {env.get('LD_PRELOAD')}")
-    return secs, data
+    program = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+    return secs, data, dict(program=round(program, 3), machine=round(m1 - m0, 3))
 
 
 def disk(sd):
@@ -247,48 +266,77 @@ def queue(sd):
         print(json.dumps(res), flush=True)
 
 
+def cpu_seconds(pid, seen):
+    """CPU seconds so far: the whole machine's busy time (/proc/stat, tick-sampled over
+    all CPUs), and of process `pid` its main thread's and its other threads' (the
+    helpers'), from each thread's schedstat: exact, where the per-thread tick counts miss
+    threads that sleep between ticks. `seen` keeps each thread's last figure, so that
+    threads that exit still count."""
+    busy = machine_busy()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            seen[task.name] = int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    main = seen.get(str(pid), 0)
+    return busy, main, sum(seen.values()) - main
+
+
 def timeline(sd, lib, name):
-    """A cold run of CMDS[name] with LIB, the loop device's reads and requests in flight
-    sampled every 5 ms."""
+    """A cold run of CMDS[name] with LIB: the loop device's reads and requests in flight
+    sampled every 5 ms, and the CPUs in use (the program's main thread, its other threads,
+    the whole machine, which includes the slow disk's own processes) per 100 ms."""
     dev = os.path.basename(loop_of(sd))
     d = mnt_of(sd) + "/aged"
     cold(sd)
     samples, done = [], threading.Event()
+    env = dict(os.environ, LD_PRELOAD=lib, DROPBEHIND_LOG="debug")
+    cmd = CMDS[name].format(d=d).split()
+    first = reads(sd)[0]
+    start = time.monotonic()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def sample():
+        seen = {}
         with open(f"/sys/block/{dev}/stat") as st, open(f"/sys/block/{dev}/inflight") as fl:
             while not done.is_set():
                 st.seek(0)
                 fl.seek(0)
-                samples.append((time.monotonic(), int(st.read().split()[0]), int(fl.read().split()[0])))
+                cpu = cpu_seconds(p.pid, seen) if p.poll() is None else None
+                samples.append((time.monotonic(), int(st.read().split()[0]), int(fl.read().split()[0]), cpu))
                 time.sleep(0.005)
 
     t = threading.Thread(target=sample)
     t.start()
-    env = dict(os.environ, LD_PRELOAD=lib, DROPBEHIND_LOG="debug")
-    start = time.monotonic()
-    p = subprocess.run(CMDS[name].format(d=d), shell=True, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True)
+    err = p.stderr.read()
+    p.wait()
     end = time.monotonic()
     time.sleep(0.05)
     done.set()
     t.join()
-    for line in p.stderr.splitlines():
+    for line in err.splitlines():
         if "directory prefetch" in line:
             print("#", line)
-    # The count when the run started: the last sample taken before it.
-    first = next((r for tm, r, _ in reversed(samples) if tm <= start), samples[0][1])
-    last_read = max((tm for (tm, r, _), (_, r0, _) in zip(samples[1:], samples) if r > r0), default=start)
+    last_read = max((tm for (tm, r, _, _), (_, r0, _, _) in zip(samples[1:], samples) if r > r0), default=start)
     buckets = {}
-    for tm, r, inflight in samples:
+    for tm, r, inflight, cpu in samples:
         if start <= tm <= end:
-            buckets.setdefault(int((tm - start) * 10), []).append((r, inflight))
+            buckets.setdefault(int((tm - start) * 10), []).append((tm, r, inflight, cpu))
     prev = first
     for b in sorted(buckets):
         v = buckets[b]
-        print(json.dumps({"t": b / 10, "reads": v[-1][0] - prev,
-                          "in_flight": round(sum(x[1] for x in v) / len(v), 1)}))
-        prev = v[-1][0]
+        row = {"t": b / 10, "reads": v[-1][1] - prev, "in_flight": round(sum(x[2] for x in v) / len(v), 1)}
+        prev = v[-1][1]
+        ts = [x for x in v if x[3]]
+        if len(ts) > 1 and ts[-1][0] > ts[0][0]:
+            # CPUs in use over the bucket (0 to the machine's count); the machine's figure
+            # is tick-grained, so read it over a few buckets.
+            (t0, _, _, a), (t1, _, _, z) = ts[0], ts[-1]
+            span = t1 - t0
+            row["cpus_all"] = round((z[0] - a[0]) / span, 2)
+            row["cpus_program"] = round((z[1] - a[1]) / span, 2)
+            row["cpus_helpers"] = round((z[2] - a[2]) / span, 2)
+        print(json.dumps(row))
     print(json.dumps({"cmd": name, "lib": lib, "run_s": round(end - start, 3),
                       "last_read_s": round(last_read - start, 3), "reads": samples[-1][1] - first}))
 
@@ -370,7 +418,7 @@ def floor(sd):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.5)
         r0 = reads(sd)
-        secs, _ = run(cmd, env)
+        secs, _, _ = run(cmd, env)
         r1 = reads(sd)
         perf.send_signal(2)
         perf.wait()
@@ -389,8 +437,17 @@ def floor(sd):
                 continue
             blocks.update(range(sector // 8, (sector + n + 7) // 8))
         trace.unlink(missing_ok=True)
+        # Untraced, the CPU the same run takes: the inodes and dentries any cold run must
+        # make, the program's work, and the slow disk's own processes serving the reads.
+        # What the idle machine spends over as long (measured just before) is left out.
+        cold(sd)
+        idle0 = machine_busy()
+        time.sleep(1)
+        idle = machine_busy() - idle0
+        secs2, _, cpu = run(cmd, env)
         res[name] = dict(plain_cold_s=secs, requests=r1[0] - r0[0], kib=(r1[1] - r0[1]) // 2,
-                         distinct_4k_blocks=len(blocks))
+                         distinct_4k_blocks=len(blocks), plain_cold_cpu_s=round(cpu["machine"] - idle * secs2, 3),
+                         plain_cold_program_cpu_s=cpu["program"], cpus=os.cpu_count())
     print(json.dumps(res))
 
 
@@ -423,10 +480,10 @@ def timing(sd, reps, libs):
                     else:
                         run(cmd, dict(os.environ))
                     r0 = reads(sd)
-                    secs, _ = run(cmd, env, expect[name])
+                    secs, _, cpu = run(cmd, env, expect[name])
                     r1 = reads(sd)
                     row = dict(cmd=name, temp=temp, contender=cname, rep=rep, seconds=round(secs, 3),
-                               requests=r1[0] - r0[0])
+                               requests=r1[0] - r0[0], cpu_s=cpu["machine"], program_cpu_s=cpu["program"])
                     rows.setdefault((name, temp, cname), []).append(secs)
                     print(json.dumps(row), flush=True)
     for (name, temp, cname), v in rows.items():
@@ -455,16 +512,29 @@ def ratios(floor_file, time_file):
     by = {}
     for r in cold_runs:
         floor_s = fl[r["cmd"]]["requests"] / rate[r["rep"]] + warm[(r["cmd"], r["rep"])]
-        v = by.setdefault((r["cmd"], r["contender"]), dict(s=[], x=[], floor=[]))
+        v = by.setdefault((r["cmd"], r["contender"]), dict(s=[], x=[], floor=[], cpu=[]))
         v["s"].append(r["seconds"])
         v["x"].append(r["seconds"] / floor_s)
         v["floor"].append(floor_s)
+        if "cpu_s" in r:
+            v["cpu"].append(r["cpu_s"])
     for (cmd, cont), v in by.items():
-        print(json.dumps(dict(cmd=cmd, contender=cont, n=len(v["s"]),
-                              seconds=round(statistics.median(v["s"]), 3),
-                              vs_floor=round(statistics.median(v["x"]), 3),
-                              vs_floor_min=round(min(v["x"]), 3), vs_floor_max=round(max(v["x"]), 3),
-                              floor_s=f"{min(v['floor']):.2f}-{max(v['floor']):.2f}")))
+        row = dict(cmd=cmd, contender=cont, n=len(v["s"]), seconds=round(statistics.median(v["s"]), 3),
+                   vs_floor=round(statistics.median(v["x"]), 3),
+                   vs_floor_min=round(min(v["x"]), 3), vs_floor_max=round(max(v["x"]), 3),
+                   floor_s=f"{min(v['floor']):.2f}-{max(v['floor']):.2f}")
+        plain = fl[cmd]
+        if "plain_cold_cpu_s" in plain:
+            # The CPU a plain cold run keeps the machine busy for (inodes and dentries made,
+            # the program's work, the slow disk's processes), spread over every CPU: no cold
+            # run can end sooner, however its reads overlap. The issue's floor counts only
+            # the warm run's CPU.
+            cpu_floor = plain["plain_cold_cpu_s"] / plain["cpus"]
+            row.update(cpu_floor_s=round(cpu_floor, 3), vs_cpu_floor=round(statistics.median(v["s"]) / cpu_floor, 3),
+                       plain_cold_cpu_s=plain["plain_cold_cpu_s"])
+        if v["cpu"]:
+            row["cpu_s"] = round(statistics.median(v["cpu"]), 3)
+        print(json.dumps(row))
 
 
 def memory(image, sd, reps, libs):
