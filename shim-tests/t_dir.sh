@@ -155,14 +155,18 @@ have_list_then_stat=
 if have cc && cc -O2 -w -o "$d/list_then_stat" "$ROOT/shim-tests/helpers/list_then_stat.c" 2>"$d/cc.err"; then
     have_list_then_stat=1
 fi
+# lts_check LABEL PATTERN DIR [SECONDS [PART]]: list_then_stat, run cold under the shim,
+# prints what it prints without it, and the prefetch's debug lines include PATTERN.
+lts_check() {
+    local label=$1 pattern=$2 plain out
+    shift 2
+    if [ -z "$have_list_then_stat" ]; then skip "$label: no C compiler"; return; fi
+    plain=$("$d/list_then_stat" "$@" 2>&1)
+    cold; out=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$@" 2>"$d/lts.log")
+    check "$label, output identical ($out)" '[ "$out" = "$plain" ] && grep -q "$pattern" "$d/lts.log"'
+}
 order_check() { # LABEL DIR
-    if [ -z "$have_list_then_stat" ]; then skip "$1: list, then stat: no C compiler"; return; fi
-    local a b
-    a=$("$d/list_then_stat" "$2" 2>&1)
-    cold
-    b=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$2" 2>"$d/order.log")
-    check "$1: list, then stat: the rest of the prefetch in inode order, output identical ($b)" \
-        '[ "$a" = "$b" ] && grep -q "the rest by inode" "$d/order.log"'
+    lts_check "$1: list, then stat: the rest of the prefetch in inode order" "the rest by inode" "$2"
 }
 
 # xfs on a slow device, run by root: each inode cluster is read by number (bulkstat), with
@@ -195,24 +199,16 @@ xfs_reads_check() { # DIR
 # meanwhile. A program that reads the directory to its end before it stats (fts) finds no
 # stats taken before the listing ended.
 listing_first_check() { # DIR
-    if [ -z "$have_list_then_stat" ]; then skip "slow disk ext4: the listing first: no C compiler"; return; fi
-    local plain b
-    plain=$("$d/list_then_stat" "$1")
-    cold; b=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 2>"$d/first.log")
-    check "slow disk ext4: no stats taken before the listing ends, output identical" \
-        '[ "$b" = "$plain" ] && grep -q "entries listed in [0-9]* ms (0 runs of stats taken meanwhile)" "$d/first.log"'
+    lts_check "slow disk ext4: no stats taken before the listing ends" \
+        "entries listed in [0-9]* ms (0 runs of stats taken meanwhile)" "$1"
 }
 
 # ... but one that stops reading short of the end to stat what it read (fts reads at most
 # 100,000 entries at a time) gets its stats before the listing ends. On a 50 ms disk, where
 # the 5000 entries take longer to list than the 100 ms a position must stand still.
 parts_check() { # DIR
-    if [ -z "$have_list_then_stat" ]; then skip "slow disk ext4, 50 ms: reading in parts: no C compiler"; return; fi
-    local plain parts
-    plain=$("$d/list_then_stat" "$1")
-    cold; parts=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 1 2500 2>"$d/parts50.log")
-    check "slow disk ext4, 50 ms: stats start before the listing ends for a program reading in parts (output identical)" \
-        '[ "$parts" = "$plain" ] && grep -q "the stats start before the listing ends" "$d/parts50.log"'
+    lts_check "slow disk ext4, 50 ms: stats start before the listing ends for a program reading in parts" \
+        "the stats start before the listing ends" "$1" 1 2500
 }
 
 # xfs on a slow device: the index walk reads every leaf of the directory's hash index
@@ -247,11 +243,8 @@ leaf_walk_check() { # DIR
     # A program that reads part of the directory and stats it before it reads on (fts, with
     # at most 100,000 entries at a time) looks names up itself meanwhile: the rest worker
     # waits while its position stands still, not to queue with it on the root buffer lock.
-    local plain parts
-    plain=$("$d/list_then_stat" "$1")
-    cold; parts=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 1 2500 2>"$d/parts.log")
-    check "slow disk xfs: the rest waits while a program reading in parts stats one (output identical)" \
-        '[ "$parts" = "$plain" ] && grep -q "the rest waits" "$d/parts.log"'
+    lts_check "slow disk xfs: the rest waits while a program reading in parts stats one" \
+        "the rest waits" "$1" 1 2500
 }
 
 # On the slow disk, where cold stats cost milliseconds.
