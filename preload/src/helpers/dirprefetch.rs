@@ -183,7 +183,8 @@ struct Job {
     /// `started`): see `program_paused`.
     program_at: AtomicU64,
     program_moved_ms: AtomicU64,
-    logged_pause: AtomicBool,
+    /// The program was found paused at least once (see `Job::note_pause`).
+    was_paused: AtomicBool,
     /// A worker is looking at the program's position now.
     watching: AtomicBool,
 }
@@ -358,9 +359,9 @@ impl Job {
             && now.saturating_sub(self.program_moved_ms.load(Ordering::Relaxed)) > PROGRAM_PAUSE_MS
     }
 
-    /// Logs `what` the first time the program is found paused.
-    fn log_pause(&self, what: &str) {
-        if !self.logged_pause.swap(true, Ordering::Relaxed) {
+    /// The program was found paused: logs `what` the first time.
+    fn note_pause(&self, what: &str) {
+        if !self.was_paused.swap(true, Ordering::Relaxed) {
             crate::debug!(
                 "directory prefetch: the program stopped reading after {} ms: {what}",
                 self.started.elapsed().as_millis()
@@ -376,15 +377,16 @@ impl Job {
     /// listed first, in 0.20 s, that CPU overlaps the inode reads (1.13 s), and `ls -l` was
     /// unchanged (1.65 / 1.63 s; bench/results/cold-dirs.md, "ext4: the listing first").
     /// A program that stops reading short of the end is statting what it read (`ls -l`'s
-    /// batches; fts, which reads 100,000 entries at a time): its stats do not wait.
+    /// batches; fts, which reads 100,000 entries at a time): its stats do not wait, from
+    /// then on, for `ls -l` reads on after each batch, and would wait again at each.
     fn stats_may_start(&self, q: &Runs) -> bool {
-        if !self.listing_first || q.listing_done {
+        if !self.listing_first || q.listing_done || self.was_paused.load(Ordering::Relaxed) {
             return true;
         }
         watch_program(self);
         let paused = self.program_paused();
         if paused {
-            self.log_pause("the stats start before the listing ends");
+            self.note_pause("the stats start before the listing ends");
         }
         paused
     }
@@ -440,7 +442,7 @@ impl Job {
                         *rest = true;
                     }
                     if self.program_paused() {
-                        self.log_pause("the rest waits");
+                        self.note_pause("the rest waits");
                         q = self
                             .ready
                             .wait_timeout(q, std::time::Duration::from_millis(20))
@@ -579,7 +581,7 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         program_listed: AtomicBool::new(false),
         program_at: AtomicU64::new(0),
         program_moved_ms: AtomicU64::new(0),
-        logged_pause: AtomicBool::new(false),
+        was_paused: AtomicBool::new(false),
         watching: AtomicBool::new(false),
     });
     // The probe's batch is where the program starts reading: the workers take it first,
