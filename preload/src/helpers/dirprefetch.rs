@@ -55,8 +55,13 @@ const RUN: usize = 64;
 const FIRST_BATCH: usize = 256;
 const STREAM_BATCH: usize = 4096;
 
-/// Threads (each with an fd) probing a btrfs directory's index numbers at once.
-const PROBERS: usize = 4;
+/// Threads (each with an fd) probing a btrfs directory's index numbers at once. Each probe is
+/// a cold b-tree search (several milliseconds on the slow disk), and the listing waits for
+/// them: with 4, the 100k aged directory's end took 191-320 ms to find, with 16 about 111 ms
+/// (two rounds of one probe each), and cold `du -s` went from 1.30 to 1.24 s, `ls -l` from
+/// 1.72 to 1.66 (bench/results/cold-dirs.md, "btrfs: more probers"). They give their fds
+/// back before the listers start, so they need no fds of their own.
+const PROBERS: usize = 16;
 
 /// A probe stat slower than this means the inode came from the device.
 const PROBE_COLD_US: u128 = 30;
@@ -541,11 +546,12 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
             "directory prefetch: xfs on a slow device: inode clusters read by {inode_reads:?}"
         );
     }
-    // One per lister (one per thread), and btrfs's probes or xfs's walker.
+    // One per lister (one per thread); btrfs's probers use them before the listers do (and
+    // have more where they outnumber the threads), xfs's walker has one of its own.
     let spares = if threads > 1 {
         threads
             + if kind == BTRFS_SUPER_MAGIC {
-                PROBERS
+                PROBERS.saturating_sub(threads)
             } else {
                 usize::from(xfs_walk)
             }
