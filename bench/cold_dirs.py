@@ -526,9 +526,9 @@ def ratios(floor_file, time_file):
         plain = fl[cmd]
         if "plain_cold_cpu_s" in plain:
             # The CPU a plain cold run keeps the machine busy for (inodes and dentries made,
-            # the program's work, the slow disk's processes), spread over every CPU: no cold
-            # run can end sooner, however its reads overlap. The floor counts only
-            # the warm run's CPU.
+            # the program's work, the slow disk's processes), spread over every CPU: a run
+            # that does as much work cannot end sooner, however its reads overlap (`cpu_s`
+            # says whether it did). The floor counts only the warm run's CPU.
             cpu_floor = plain["plain_cold_cpu_s"] / plain["cpus"]
             row.update(cpu_floor_s=round(cpu_floor, 3), vs_cpu_floor=round(statistics.median(v["s"]) / cpu_floor, 3),
                        plain_cold_cpu_s=plain["plain_cold_cpu_s"])

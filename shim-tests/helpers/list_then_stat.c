@@ -25,11 +25,12 @@ int main(int argc, char **argv) {
     if (!d) { perror("opendir"); return 2; }
     size_t part = argc > 3 ? (size_t)atol(argv[3]) : 0, total = 0, cap = 1024;
     struct ent *e = malloc(cap * sizeof *e);
-    struct dirent *de = (struct dirent *)1;
     long long sum = 0;
-    while (de) {
+    for (int more = 1; more;) {
         size_t n = 0;
-        while ((!part || n < part) && (de = readdir(d))) {
+        while (!part || n < part) {
+            struct dirent *de = readdir(d);
+            if (!de) { more = 0; break; }
             if (n == cap) e = realloc(e, (cap *= 2) * sizeof *e);
             e[n].ino = de->d_ino;
             snprintf(e[n].name, sizeof e[n].name, "%s", de->d_name);

@@ -57,8 +57,8 @@ const STREAM_BATCH: usize = 4096;
 
 /// Threads (each with an fd) probing a btrfs directory's index numbers at once. Each probe is
 /// a cold b-tree search (several milliseconds on the slow disk), and the listing waits for
-/// them: with 4, the 100k aged directory's end took 191-320 ms to find, with 16 about 111 ms
-/// (two rounds of one probe each), and cold `du -s` went from 1.30 to 1.24 s, `ls -l` from
+/// them: with 4, the 100k aged directory's end took 191-320 ms to find, with 16 85-114 ms
+/// (two rounds, one or two probes deep), and cold `du -s` went from 1.30 to 1.24 s, `ls -l` from
 /// 1.72 to 1.66 (bench/results/cold-dirs.md, "btrfs: more probers"). They give their fds
 /// back before the listers start, so they need no fds of their own.
 const PROBERS: usize = 16;
@@ -357,7 +357,8 @@ impl Job {
     /// find) reads at most 100,000 entries at a time and stats them in inode order before it
     /// reads on: on the 1M-entry xfs directory, cold `du -s` took 26.2-27.9 s with the worker
     /// looking up beside it and 20.2-20.8 s with it waiting (bench/results/cold-dirs.md, "one
-    /// first per cluster"). `ls -l`, which stats as it reads, moves on every few milliseconds.
+    /// first per cluster"). There `ls -l`, with the workers ahead of it, moves on every few
+    /// milliseconds.
     fn program_paused(&self) -> bool {
         let now = self.started.elapsed().as_millis() as u64;
         self.program_pos.is_some()
@@ -374,7 +375,8 @@ impl Job {
         }
     }
 
-    /// Whether the workers may stat while the listing runs. ext4 reads a directory one
+    /// Whether the workers may stat yet. xfs on a slow device waits for the listing (see
+    /// `xfs_leaf_walk`) but for reads by number (`may_read_now`). ext4 reads a directory one
     /// block at a time, and the listers' block reads and the inode-table reads of the
     /// workers' stats share the device: with both at once, the 100k aged directory on the
     /// slow disk was listed in 0.58-0.61 s, and cold `du -s`, which reads the whole
@@ -382,10 +384,16 @@ impl Job {
     /// listed first, in 0.20 s, that CPU overlaps the inode reads (1.13 s), and `ls -l` was
     /// unchanged (1.65 / 1.63 s; bench/results/cold-dirs.md, "ext4: the listing first").
     /// A program that stops reading short of the end is statting what it read (`ls -l`'s
-    /// batches; fts, which reads 100,000 entries at a time): its stats do not wait, from
-    /// then on, for `ls -l` reads on after each batch, and would wait again at each.
-    fn stats_may_start(&self, q: &Runs) -> bool {
-        if !self.listing_first || q.listing_done || self.was_paused.load(Ordering::Relaxed) {
+    /// batches; fts, which reads 100,000 entries at a time): from then on the stats wait no
+    /// more, since `ls -l` reads on after each batch and would otherwise start each alone.
+    fn stats_may_start(&self, q: &Runs, may_read_now: bool) -> bool {
+        if q.listing_done {
+            return true;
+        }
+        if self.xfs_walk {
+            return may_read_now;
+        }
+        if !self.listing_first || self.was_paused.load(Ordering::Relaxed) {
             return true;
         }
         watch_program(self);
@@ -423,8 +431,7 @@ impl Job {
             let how = self.inode_reads.load(Ordering::Relaxed);
             let may_read_now = how == InodeReads::Bulkstat
                 && (index < XFS_WALK_READERS || self.walk_done.load(Ordering::Relaxed));
-            if (!self.xfs_walk || q.listing_done || may_read_now)
-                && self.stats_may_start(&q)
+            if self.stats_may_start(&q, may_read_now)
                 && let Some(r) = q.pop()
             {
                 return Some((r, how));
