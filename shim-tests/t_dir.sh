@@ -155,7 +155,7 @@ have_list_then_stat=
 if have cc && cc -O2 -w -o "$d/list_then_stat" "$ROOT/shim-tests/helpers/list_then_stat.c" 2>"$d/cc.err"; then
     have_list_then_stat=1
 fi
-# lts_check LABEL PATTERN DIR [SECONDS [PART]]: list_then_stat, run cold under the shim,
+# lts_check LABEL PATTERN DIR [SECONDS [PART [US]]]: list_then_stat, run cold under the shim,
 # prints what it prints without it, and the prefetch's debug lines include PATTERN.
 lts_check() {
     local label=$1 pattern=$2 plain out
@@ -201,6 +201,17 @@ xfs_reads_check() { # DIR
 listing_first_check() { # DIR
     lts_check "slow disk ext4: no stats taken before the listing ends" \
         "entries listed in [0-9]* ms (0 runs of stats taken meanwhile)" "$1"
+    # Still reading when the listing ends (1 ms for every 100 entries past the first 2,000,
+    # as fts's own work keeps `du` reading past the listing of 100,000), it gets the stats
+    # in inode order from then on; `ls -l`, statting its first batch by then, gets them in
+    # the order it reads.
+    lts_check "slow disk ext4: a program reading on past the listing gets its stats by inode" \
+        "the program reads on after [0-9]* ms: the stats by inode" "$1" 0 0 1000
+    local a b
+    a=$(ls -l --time-style=+%s "$1" 2>&1)
+    cold; b=$(DROPBEHIND_LOG=debug shim ls -l --time-style=+%s "$1" 2>"$d/ls-order.log")
+    check "slow disk ext4: ls -l gets its stats in reading order, output identical" \
+        '[ "$a" = "$b" ] && grep -q "entries listed" "$d/ls-order.log" && ! grep -q "reads on" "$d/ls-order.log"'
 }
 
 # ... but one that stops reading short of the end to stat what it read (fts reads at most
