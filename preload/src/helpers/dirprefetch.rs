@@ -431,6 +431,7 @@ impl Job {
         watch_program(self);
         let reads_on = self.listing_first
             && !self.was_paused.load(Ordering::Relaxed)
+            && !self.program_paused()
             && self.program_moves.load(Ordering::Relaxed) >= READING_ON_MOVES;
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         if reads_on && !q.listing_done && !q.by_inode {
