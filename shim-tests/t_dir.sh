@@ -4,11 +4,12 @@
 # directories, not for warm ones, and leaves no thread or fd behind.
 . "$(dirname "$0")/lib.sh"
 d=$(scratch)
-sd= sd2= sd3=
+sd= sd2= sd3= sd4=
 cleanup() {
     [ -n "$sd" ] && "$ROOT/scripts/slowdisk.sh" down "$sd" >/dev/null 2>&1
     [ -n "$sd2" ] && "$ROOT/scripts/slowdisk.sh" down "$sd2" >/dev/null 2>&1
     [ -n "$sd3" ] && "$ROOT/scripts/slowdisk.sh" down "$sd3" >/dev/null 2>&1
+    [ -n "$sd4" ] && "$ROOT/scripts/slowdisk.sh" down "$sd4" >/dev/null 2>&1
     rm -rf "$d"
 }
 trap cleanup EXIT
@@ -258,6 +259,18 @@ leaf_walk_check() { # DIR
         "the rest waits" "$1" 1 2500
 }
 
+# btrfs on a slow device: the listing is split by the directory's index numbers, whose end
+# is found by probes first, and all of it is listed (`ls -l`, whose cold stats keep the
+# directory open until then; `ls -f` closes it first).
+btrfs_end_check() { # DIR
+    local n m
+    m=$(ls -f -A "$1" | wc -l)
+    cold; DROPBEHIND_LOG=debug shim ls -l "$1" >/dev/null 2>"$d/btrfs-end.log"
+    n=$(sed -n 's/.* \([0-9]*\) entries listed in .*/\1/p' "$d/btrfs-end.log")
+    check "slow disk btrfs: the index end found by probes, every entry listed (${n:-none} of $m)" \
+        'grep -q "offsets end at [0-9]*, found after" "$d/btrfs-end.log" && [ "${n:-0}" -ge "$m" ]'
+}
+
 # On the slow disk, where cold stats cost milliseconds.
 if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
     sd=$d/slow
@@ -297,6 +310,16 @@ if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
         else skip "slow disk xfs: seccomp filter during a prefetch: no C compiler"; fi
     else
         skip "slow disk xfs: $(cat "$d/sd2.err")"
+    fi
+    # btrfs on a slow device: the index numbers' end probed, the listing split by them.
+    if ! have mkfs.btrfs; then
+        skip "slow disk btrfs: mkfs.btrfs missing"
+    elif sd4=$d/slow-btrfs && mnt4=$("$ROOT/scripts/slowdisk.sh" up "$sd4" --fs btrfs --size 1G 2>"$d/sd4.err"); then
+        python3 "$ROOT/scripts/make-dirs.py" aged "$mnt4/aged" 5000
+        run_suite "slow disk btrfs" "$mnt4/aged"
+        btrfs_end_check "$mnt4/aged"
+    else
+        skip "slow disk btrfs: $(cat "$d/sd4.err")"
     fi
 else
     skip "slow disk: $("$ROOT/scripts/slowdisk.sh" check 2>&1)"
