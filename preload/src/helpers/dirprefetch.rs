@@ -20,7 +20,7 @@ use crate::sys::file::OwnFd;
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -48,22 +48,16 @@ static WORKERS: AtomicUsize = AtomicUsize::new(0);
 /// Set for good when the program sandboxes itself: every job stops (see `shutdown`).
 static STOP: AtomicBool = AtomicBool::new(false);
 const MAX_WORKERS: usize = 64;
-/// Entries (sorted by inode) a worker takes at a time.
+/// Entries (sorted by inode) a worker takes at a time (but see `INODE_TABLE_RUN`).
 const RUN: usize = 64;
-/// ext4 on a slow device, once the rest goes in inode order: entries a worker takes at a
-/// time. ext4 reads an inode table 32 blocks (512 inodes) at a time, from a 32-block
+/// ext4 on a slow device, once the rest goes in inode order: at most this many entries a
+/// worker takes at a time, and at least RUN, so that every worker has a run. ext4 reads an inode table 32 blocks (512 inodes) at a time, from a 32-block
 /// boundary; a run starting inside such a region costs a read of its own for the blocks
 /// before it, as `du`'s own inode-order stats do once per region at most. The 100k aged
 /// directory holds about 87 entries per region: with runs of 64 a cold `du -s` made 2,990
 /// requests (plain `du` 2,289), with runs of 512, 1024 and 2048 2,470, 2,378 and 2,332
 /// (bench/results/cold-dirs.md, "ext4: runs by inode table").
 const INODE_TABLE_RUN: usize = 1024;
-/// ext4 on a slow device: the program's directory position seen to move this many times by
-/// the end of the listing, and never standing still for `PROGRAM_PAUSE_MS`, means it reads
-/// on before it stats (see `Job::listing_done`): one that stats as it reads would have spent
-/// that long on its first batch's cold stats (a batch is hundreds of entries) before its
-/// second read.
-const READING_ON_MOVES: u32 = 2;
 /// Entries listed before a sorted batch is handed to the workers (xfs, btrfs): the first
 /// batches are small so that stats start early, the later ones up to STREAM_BATCH.
 const FIRST_BATCH: usize = 256;
@@ -167,6 +161,8 @@ struct Job {
     spare_fds: Mutex<Vec<OwnFd>>,
     /// The filesystem's magic number (statfs f_type).
     kind: i64,
+    /// Worker threads this job was given.
+    threads: usize,
     cancel: AtomicBool,
     queue: Mutex<Runs>,
     ready: Condvar,
@@ -202,8 +198,9 @@ struct Job {
     /// `started`): see `program_paused`.
     program_at: AtomicU64,
     program_moved_ms: AtomicU64,
-    /// How many times the program's position was seen to move.
-    program_moves: AtomicU32,
+    /// Where the opendir probe's batch (one getdents of 32 KiB, as glibc's readdir makes)
+    /// ended: a program past it has read a second batch (see `Job::listing_done`).
+    first_batch_end: u64,
     /// The program was found paused at least once (see `Job::note_pause`).
     was_paused: AtomicBool,
     /// A worker is looking at the program's position now.
@@ -224,7 +221,7 @@ struct Runs {
     /// (see `XFS_REST_THREADS`).
     rest: Vec<(u64, VecDeque<Run>)>,
     listing_done: bool,
-    /// What is left is served in inode order (see `watch_program`).
+    /// What is left is served in inode order (see `watch_program`, `Job::listing_done`).
     by_inode: bool,
     /// xfs on a slow device: the inode clusters (numbers shifted by `XFS_CLUSTER_SHIFT`),
     /// sorted, whose first entry was queued in some batch. Most batches hold entries of most
@@ -263,10 +260,11 @@ impl Runs {
         (firsts, rest)
     }
 
-    /// Every batch left as one, in inode order (and so the xfs rest). Batches listed after
-    /// the first call are merged in: each is sorted already, and so is what the last call
-    /// left, and a stable sort merges sorted runs in linear time.
-    fn sort_by_inode(&mut self, run: usize) {
+    /// Every batch left as one, in inode order (and so the xfs rest), in runs of `run`
+    /// entries, or fewer if that leaves fewer runs than `workers` (never under RUN).
+    /// Batches listed after the first call are merged in: each is sorted already, and so is
+    /// what the last call left, and a stable sort merges sorted runs in linear time.
+    fn sort_by_inode(&mut self, run: usize, workers: usize) {
         for batches in [&mut self.batches, &mut self.rest] {
             if batches.len() > 1 || !self.by_inode {
                 let mut all: Run = batches
@@ -275,6 +273,7 @@ impl Runs {
                     .collect();
                 all.sort_by_key(|e| e.0);
                 if !all.is_empty() {
+                    let run = (all.len() / workers.max(1)).clamp(RUN, run.max(RUN));
                     batches.push((0, runs_of(all, run)));
                 }
             }
@@ -421,25 +420,30 @@ impl Job {
     }
 
     /// The listing is over. On ext4 on a slow device the workers start now, and in the order
-    /// the program will ask: one still reading (its position seen moving, never paused) reads
-    /// to the end before it stats (fts: `du`, `find`), in inode order; one that stats as it
-    /// reads (`ls -l`, rsync) stood still at its first batch, whose cold stats took
-    /// milliseconds each, and the batches go in its reading order. Waiting for the program
+    /// the program will ask: one still reading (past its first batch, never paused) reads to
+    /// the end before it stats (fts: `du`, `find`), in inode order; one that stats as it
+    /// reads (`ls -l`, rsync) is still at its first batch, whose cold stats take milliseconds
+    /// each (one read for every inode-table region they touch), or has paused on them, and
+    /// the batches go in its reading order. Where a batch's inodes are packed into a few
+    /// regions such a program may read on before the listing ends and get inode order:
+    /// there the order matters little. Waiting for the program
     /// to reach the end instead left the workers 40-100 ms of batches in reading order,
     /// and `du -s` on the 100k aged directory made 2,990 requests instead of 2,378.
     fn listing_done(&self) {
         watch_program(self);
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        // Under the lock, under which a worker notes a pause and takes its first run.
         let reads_on = self.listing_first
             && !self.was_paused.load(Ordering::Relaxed)
             && !self.program_paused()
-            && self.program_moves.load(Ordering::Relaxed) >= READING_ON_MOVES;
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            && !self.program_listed.load(Ordering::Relaxed)
+            && self.program_at.load(Ordering::Relaxed) > self.first_batch_end;
         if reads_on && !q.listing_done && !q.by_inode {
             crate::debug!(
                 "directory prefetch: the program reads on after {} ms: the stats by inode",
                 self.started.elapsed().as_millis()
             );
-            q.sort_by_inode(INODE_TABLE_RUN);
+            q.sort_by_inode(INODE_TABLE_RUN, self.threads);
         }
         q.listing_done = true;
         drop(q);
@@ -467,7 +471,7 @@ impl Job {
             if self.program_listed.load(Ordering::Relaxed)
                 && (!q.by_inode || q.batches.len() > 1 || q.rest.len() > 1)
             {
-                q.sort_by_inode(self.by_inode_run());
+                q.sort_by_inode(self.by_inode_run(), self.threads);
             }
             // Lookups wait for the listing on xfs (see `xfs_leaf_walk`); reads by number
             // take no directory lock and start at once, a few while the walk runs.
@@ -569,9 +573,14 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         "directory prefetch: probe found the directory {} in {} us (slow stat {} us)",
         if first.is_some() { "cold" } else { "warm" },
         probe_started.elapsed().as_micros(),
-        first.as_ref().map_or(0, |f| f.1)
+        first.as_ref().map_or(0, |f| f.latency_us)
     );
-    let Some((first, latency_us)) = first else {
+    let Some(ColdProbe {
+        batch: first,
+        latency_us,
+        end: first_batch_end,
+    }) = first
+    else {
         DIRS_WARM.fetch_add(1, Ordering::Relaxed);
         return true;
     };
@@ -618,6 +627,7 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
     let job = Arc::new(Job {
         nice: kind != XFS_SUPER_MAGIC && !sys::proc::seccomp_filtered(),
         kind,
+        threads,
         spare_fds: Mutex::new(spare_fds),
         fd,
         cancel: AtomicBool::new(false),
@@ -637,7 +647,7 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         program_listed: AtomicBool::new(false),
         program_at: AtomicU64::new(0),
         program_moved_ms: AtomicU64::new(0),
-        program_moves: AtomicU32::new(0),
+        first_batch_end,
         was_paused: AtomicBool::new(false),
         watching: AtomicBool::new(false),
     });
@@ -652,12 +662,21 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
     true
 }
 
+/// What the probe found in a cold directory.
+struct ColdProbe {
+    /// The batch's entries (inode, name).
+    batch: Run,
+    /// How long the slower of the two slow stats took: about the device's read latency.
+    latency_us: u128,
+    /// The directory offset after the batch.
+    end: u64,
+}
+
 /// The probe: stat 8 entries spread over the first batch; the directory is cold when at
 /// least two of them took longer than a cached inode can (one slow stat may be noise). It
 /// runs in the program's opendir, so it stops at the second slow stat: on a cold directory
-/// each costs a device read. Cold: the batch's entries (inode, name), and how long the
-/// slower of the two slow stats took, in microseconds (about the device's read latency).
-fn cold_first_batch(fd: i32) -> Option<(Vec<(u64, CString)>, u128)> {
+/// each costs a device read. Some when cold.
+fn cold_first_batch(fd: i32) -> Option<ColdProbe> {
     let mut buf = vec![0u8; 32 * 1024];
     let mut entries = Vec::new();
     getdents(fd, &mut buf, &mut entries);
@@ -674,8 +693,11 @@ fn cold_first_batch(fd: i32) -> Option<(Vec<(u64, CString)>, u128)> {
         if took >= PROBE_COLD_US {
             slow.push(took);
             if slow.len() == 2 {
-                let batch = entries.into_iter().map(|e| (e.ino, e.name)).collect();
-                return Some((batch, slow[0].max(slow[1])));
+                return Some(ColdProbe {
+                    end: entries.last().map_or(0, |e| e.next_off as u64),
+                    batch: entries.into_iter().map(|e| (e.ino, e.name)).collect(),
+                    latency_us: slow[0].max(slow[1]),
+                });
             }
         }
     }
@@ -785,7 +807,7 @@ fn work(job: &Job) {
 /// order keep them waiting for the inodes they ask for first (xfs, 100k aged entries on
 /// the slow disk: `du -s` 2.75 s against `ls -l`'s 2.30). So once the program's position
 /// is at the end of the directory with stats still queued, what is left is served in inode
-/// order. The position is read from /proc's fdinfo, which takes no lock the program's
+/// order (ext4 on a slow device decides at the listing's end: `Job::listing_done`). The position is read from /proc's fdinfo, which takes no lock the program's
 /// readdir holds (an lseek of its fd waits on the stream's position lock: btrfs `ls -l`
 /// 1.17 -> 2.19 s with one before each run); one worker at a time looks, before each run.
 fn watch_program(job: &Job) {
@@ -804,7 +826,6 @@ fn watch_program(job: &Job) {
         if job.program_at.swap(pos, Ordering::Relaxed) != pos {
             let now = job.started.elapsed().as_millis() as u64;
             job.program_moved_ms.store(now, Ordering::Relaxed);
-            job.program_moves.fetch_add(1, Ordering::Relaxed);
         }
         if pos.saturating_add(1) >= end {
             crate::debug!(
@@ -1203,7 +1224,7 @@ mod tests {
         q.batches.push((0, batch(&[7, 300])));
         q.rest.push((0, batch(&[8, 301])));
         q.rest.push((4096, batch(&[6])));
-        q.sort_by_inode(RUN);
+        q.sort_by_inode(RUN, 1);
         assert_eq!(drain(&mut q), [5, 7, 9, 300]);
         let rest: Vec<u64> = std::iter::from_fn(|| pop_lowest(&mut q.rest))
             .flatten()
@@ -1242,7 +1263,7 @@ mod tests {
         let many: Vec<u64> = (0..1000).rev().collect();
         q.batches.push((0, batch(&many[..500])));
         q.batches.push((1, batch(&many[500..])));
-        q.sort_by_inode(RUN);
+        q.sort_by_inode(RUN, 1);
         assert_eq!(q.batches[0].1.front().map(Vec::len), Some(RUN));
         assert_eq!(drain(&mut q), (0..1000).collect::<Vec<u64>>());
     }
@@ -1252,13 +1273,23 @@ mod tests {
         let mut q = Runs::default();
         let many: Vec<u64> = (0..3000).rev().collect();
         q.batches.push((0, batch(&many)));
-        q.sort_by_inode(INODE_TABLE_RUN);
+        q.sort_by_inode(INODE_TABLE_RUN, 2);
         let lens: Vec<usize> = q.batches[0].1.iter().map(Vec::len).collect();
         assert_eq!(
             lens,
             [INODE_TABLE_RUN, INODE_TABLE_RUN, 3000 - 2 * INODE_TABLE_RUN]
         );
         assert_eq!(drain(&mut q), (0..3000).collect::<Vec<u64>>());
+        // Fewer entries than the workers' runs of INODE_TABLE_RUN would take: shorter runs,
+        // one for every worker, but never under RUN.
+        let mut q = Runs::default();
+        q.batches.push((0, batch(&many)));
+        q.sort_by_inode(INODE_TABLE_RUN, 16);
+        assert_eq!(q.batches[0].1.front().map(Vec::len), Some(3000 / 16));
+        let mut q = Runs::default();
+        q.batches.push((0, batch(&many[..100])));
+        q.sort_by_inode(INODE_TABLE_RUN, 16);
+        assert_eq!(q.batches[0].1.front().map(Vec::len), Some(RUN));
     }
 
     #[test]
