@@ -51,9 +51,10 @@ const MAX_WORKERS: usize = 64;
 /// Entries (sorted by inode) a worker takes at a time (but see `INODE_TABLE_RUN`).
 const RUN: usize = 64;
 /// ext4 on a slow device, once the rest goes in inode order: at most this many entries a
-/// worker takes at a time, and at least RUN, so that every worker has a run. ext4 reads an inode table 32 blocks (512 inodes) at a time, from a 32-block
-/// boundary; a run starting inside such a region costs a read of its own for the blocks
-/// before it, as `du`'s own inode-order stats do once per region at most. The 100k aged
+/// worker takes at a time, and at least RUN, so that every worker has a run. ext4 reads an
+/// inode table 32 blocks (512 inodes) at a time, from a 32-block boundary; a run starting
+/// inside such a region costs a read of its own for the blocks before it, as `du`'s own
+/// inode-order stats do once per region at most. The 100k aged
 /// directory holds about 87 entries per region: with runs of 64 a cold `du -s` made 2,990
 /// requests (plain `du` 2,289), with runs of 512, 1024 and 2048 2,470, 2,378 and 2,332
 /// (bench/results/cold-dirs.md, "ext4: runs by inode table").
@@ -426,9 +427,9 @@ impl Job {
     /// each (one read for every inode-table region they touch), or has paused on them, and
     /// the batches go in its reading order. Where a batch's inodes are packed into a few
     /// regions such a program may read on before the listing ends and get inode order:
-    /// there the order matters little. Waiting for the program
-    /// to reach the end instead left the workers 40-100 ms of batches in reading order,
-    /// and `du -s` on the 100k aged directory made 2,990 requests instead of 2,378.
+    /// there the order matters little. Waiting for the program to reach the end instead left
+    /// the workers 40-100 ms of batches in reading order, and `du -s` on the 100k aged
+    /// directory made 2,990 requests instead of 2,378.
     fn listing_done(&self) {
         watch_program(self);
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -807,9 +808,10 @@ fn work(job: &Job) {
 /// order keep them waiting for the inodes they ask for first (xfs, 100k aged entries on
 /// the slow disk: `du -s` 2.75 s against `ls -l`'s 2.30). So once the program's position
 /// is at the end of the directory with stats still queued, what is left is served in inode
-/// order (ext4 on a slow device decides at the listing's end: `Job::listing_done`). The position is read from /proc's fdinfo, which takes no lock the program's
-/// readdir holds (an lseek of its fd waits on the stream's position lock: btrfs `ls -l`
-/// 1.17 -> 2.19 s with one before each run); one worker at a time looks, before each run.
+/// order (ext4 on a slow device decides at the listing's end: `Job::listing_done`). The
+/// position is read from /proc's fdinfo, which takes no lock the program's readdir holds
+/// (an lseek of its fd waits on the stream's position lock: btrfs `ls -l` 1.17 -> 2.19 s
+/// with one before each run); one worker at a time looks, before each run.
 fn watch_program(job: &Job) {
     let end = job.offsets_end.load(Ordering::Relaxed);
     let Some(info) = &job.program_pos else {
