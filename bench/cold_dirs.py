@@ -44,9 +44,12 @@
                                               plain runs' reads (a `floor` output) over the
                                               round's reads per second at depth 32, plus
                                               the round's warm run without the shim;
-                                              medians and ranges per contender; and against
-                                              the CPU floor: the plain cold run's CPU
-                                              seconds over the machine's CPUs
+                                              medians and ranges per contender; against
+                                              the issue's bound (vs_target: the larger of
+                                              3x the warm run and 1.3x the floor; at most
+                                              1 meets it); and against the CPU floor: the
+                                              plain cold run's CPU seconds over the
+                                              machine's CPUs
   bench/cold_dirs.py memory IMAGE DIR REPS LIB...
                                               the same image loop-mounted read-only from its
                                               file at DIR, the file kept cached: cold runs
@@ -511,10 +514,14 @@ def ratios(floor_file, time_file):
         sys.exit("ratios: the time output has no round's disk rate (run it with ROUND_DISK=1)")
     by = {}
     for r in cold_runs:
-        floor_s = fl[r["cmd"]]["requests"] / rate[r["rep"]] + warm[(r["cmd"], r["rep"])]
-        v = by.setdefault((r["cmd"], r["contender"]), dict(s=[], x=[], floor=[], cpu=[]))
+        w = warm[(r["cmd"], r["rep"])]
+        floor_s = fl[r["cmd"]]["requests"] / rate[r["rep"]] + w
+        # The issue's bound: 3x the warm run or 1.3x the floor, whichever is larger.
+        target_s = max(3 * w, 1.3 * floor_s)
+        v = by.setdefault((r["cmd"], r["contender"]), dict(s=[], x=[], t=[], floor=[], cpu=[]))
         v["s"].append(r["seconds"])
         v["x"].append(r["seconds"] / floor_s)
+        v["t"].append(r["seconds"] / target_s)
         v["floor"].append(floor_s)
         if "cpu_s" in r:
             v["cpu"].append(r["cpu_s"])
@@ -522,6 +529,7 @@ def ratios(floor_file, time_file):
         row = dict(cmd=cmd, contender=cont, n=len(v["s"]), seconds=round(statistics.median(v["s"]), 3),
                    vs_floor=round(statistics.median(v["x"]), 3),
                    vs_floor_min=round(min(v["x"]), 3), vs_floor_max=round(max(v["x"]), 3),
+                   vs_target=round(statistics.median(v["t"]), 3),
                    floor_s=f"{min(v['floor']):.2f}-{max(v['floor']):.2f}")
         plain = fl[cmd]
         if "plain_cold_cpu_s" in plain:
