@@ -199,9 +199,11 @@ struct Job {
     /// `started`): see `program_paused`.
     program_at: AtomicU64,
     program_moved_ms: AtomicU64,
-    /// Where the opendir probe's batch (one getdents of 32 KiB, as glibc's readdir makes)
-    /// ended: a program past it has read a second batch (see `Job::listing_done`).
-    first_batch_end: u64,
+    /// Where the program's first batch (one getdents of 32 KiB, as glibc's readdir makes)
+    /// ends: a program past it has read a second batch (see `Job::listing_done`, ext4
+    /// only). The lister that starts at offset 0 reads the same batch first, with a buffer
+    /// of the same size, and stores its end; until then u64::MAX (no program is past it).
+    first_batch_end: AtomicU64,
     /// The program was found paused at least once (see `Job::note_pause`).
     was_paused: AtomicBool,
     /// A worker is looking at the program's position now.
@@ -438,7 +440,8 @@ impl Job {
             && !self.was_paused.load(Ordering::Relaxed)
             && !self.program_paused()
             && !self.program_listed.load(Ordering::Relaxed)
-            && self.program_at.load(Ordering::Relaxed) > self.first_batch_end;
+            && self.program_at.load(Ordering::Relaxed)
+                > self.first_batch_end.load(Ordering::Relaxed);
         if reads_on && !q.listing_done && !q.by_inode {
             crate::debug!(
                 "directory prefetch: the program reads on after {} ms: the stats by inode",
@@ -569,7 +572,8 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         return false;
     };
     let probe_started = Instant::now();
-    let first = cold_first_batch(fd.raw());
+    let kind = sys::dir::fs_type(fd.raw()).unwrap_or(0);
+    let first = cold_first_batch(fd.raw(), probe_buffer(kind));
     crate::debug!(
         "directory prefetch: probe found the directory {} in {} us (slow stat {} us)",
         if first.is_some() { "cold" } else { "warm" },
@@ -579,13 +583,11 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
     let Some(ColdProbe {
         batch: first,
         latency_us,
-        end: first_batch_end,
     }) = first
     else {
         DIRS_WARM.fetch_add(1, Ordering::Relaxed);
         return true;
     };
-    let kind = sys::dir::fs_type(fd.raw()).unwrap_or(0);
     let threads = if cfg.threads_auto && kind == XFS_SUPER_MAGIC && latency_us < FAST_DEVICE_US {
         XFS_FAST_DEVICE_THREADS.min(cfg.threads)
     } else {
@@ -648,7 +650,7 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         program_listed: AtomicBool::new(false),
         program_at: AtomicU64::new(0),
         program_moved_ms: AtomicU64::new(0),
-        first_batch_end,
+        first_batch_end: AtomicU64::new(u64::MAX),
         was_paused: AtomicBool::new(false),
         watching: AtomicBool::new(false),
     });
@@ -669,16 +671,27 @@ struct ColdProbe {
     batch: Run,
     /// How long the slower of the two slow stats took: about the device's read latency.
     latency_us: u128,
-    /// The directory offset after the batch.
-    end: u64,
+}
+
+/// The probe's one getdents. ext4 reads a cold htree directory one leaf block at a time, so
+/// the probe of the 100k aged directory on the slow disk, a batch of 32 KiB (as glibc's
+/// readdir reads) and two cold stats, held the program's opendir 40-45 ms, and with 4 KiB
+/// 18-19 ms (bench/results/cold-dirs.md, "ext4: a smaller probe"). 4 KiB holds enough
+/// entries to probe: 14 or more, however long the names.
+fn probe_buffer(kind: i64) -> usize {
+    if kind == EXT4_SUPER_MAGIC {
+        4096
+    } else {
+        32 * 1024
+    }
 }
 
 /// The probe: stat 8 entries spread over the first batch; the directory is cold when at
 /// least two of them took longer than a cached inode can (one slow stat may be noise). It
 /// runs in the program's opendir, so it stops at the second slow stat: on a cold directory
 /// each costs a device read. Some when cold.
-fn cold_first_batch(fd: i32) -> Option<ColdProbe> {
-    let mut buf = vec![0u8; 32 * 1024];
+fn cold_first_batch(fd: i32, buffer: usize) -> Option<ColdProbe> {
+    let mut buf = vec![0u8; buffer];
     let mut entries = Vec::new();
     getdents(fd, &mut buf, &mut entries);
     let _ = sys::file::seek_own(fd, 0);
@@ -695,7 +708,6 @@ fn cold_first_batch(fd: i32) -> Option<ColdProbe> {
             slow.push(took);
             if slow.len() == 2 {
                 return Some(ColdProbe {
-                    end: entries.last().map_or(0, |e| e.next_off as u64),
                     batch: entries.into_iter().map(|e| (e.ino, e.name)).collect(),
                     latency_us: slow[0].max(slow[1]),
                 });
@@ -1131,6 +1143,12 @@ fn list_ranges(
                         let mut batch = Vec::new();
                         if getdents(own.raw(), &mut buf, &mut batch) == 0 {
                             break;
+                        }
+                        if pos == 0 {
+                            if let Some(last) = batch.last() {
+                                job.first_batch_end
+                                    .store(last.next_off as u64, Ordering::Relaxed);
+                            }
                         }
                         for e in batch {
                             if pos >= end {
