@@ -204,6 +204,8 @@ struct Job {
     /// only). The lister that starts at offset 0 reads the same batch first, with a buffer
     /// of the same size, and stores its end; until then u64::MAX (no program is past it).
     first_batch_end: AtomicU64,
+    /// btrfs: the index probes are running (see `btrfs_index_end`): the workers wait.
+    probing: AtomicBool,
     /// The program was found paused at least once (see `Job::note_pause`).
     was_paused: AtomicBool,
     /// A worker is looking at the program's position now.
@@ -410,6 +412,10 @@ impl Job {
         }
         if self.xfs_walk {
             return may_read_now;
+        }
+        // btrfs: their lookups would hold up the probes' seeks (see `SeeksFirst`).
+        if self.probing.load(Ordering::Relaxed) {
+            return false;
         }
         if !self.listing_first || self.was_paused.load(Ordering::Relaxed) {
             return true;
@@ -651,6 +657,7 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         program_at: AtomicU64::new(0),
         program_moved_ms: AtomicU64::new(0),
         first_batch_end: AtomicU64::new(u64::MAX),
+        probing: AtomicBool::new(kind == BTRFS_SUPER_MAGIC && threads > 1),
         was_paused: AtomicBool::new(false),
         watching: AtomicBool::new(false),
     });
@@ -1048,7 +1055,12 @@ fn offsets_end(fd: i32, kind: i64, job: &Job) -> Option<u64> {
         XFS_SUPER_MAGIC => sys::file::identify(fd)
             .ok()
             .map(|st| st.size.div_ceil(8) + 1),
-        BTRFS_SUPER_MAGIC => btrfs_index_end(job),
+        BTRFS_SUPER_MAGIC => {
+            let end = btrfs_index_end(job);
+            job.probing.store(false, Ordering::Relaxed);
+            job.ready.notify_all();
+            end
+        }
         _ => None,
     }
 }
@@ -1074,45 +1086,119 @@ fn btrfs_index_end(job: &Job) -> Option<u64> {
     Some(found.iter().position(|f| !f).map_or(hi, |i| points[i]))
 }
 
-/// For each position: does the directory list anything from there? A few threads, each
-/// with one of the job's spare fds, take every PROBERS-th position, then give the fd back
-/// for the listers.
+/// For each position: does the directory list anything from there? Positions rise, and
+/// past the first that lists nothing the answers are false unasked. Probed in waves of
+/// PROBERS threads at once, each with one of the job's spare fds, given back for the
+/// listers.
 fn entries_at(job: &Job, positions: &[u64]) -> Option<Vec<bool>> {
-    let n = positions.len().clamp(1, PROBERS);
-    let parts: Vec<Option<Vec<bool>>> = std::thread::scope(|s| {
-        let probers: Vec<_> = (0..n)
-            .map(|k| {
+    let mut found = Vec::with_capacity(positions.len());
+    for wave in positions.chunks(PROBERS) {
+        if job.stopped() {
+            return None;
+        }
+        found.extend(probe_wave(job, wave)?);
+        if found.contains(&false) {
+            break;
+        }
+    }
+    found.resize(positions.len(), false);
+    Some(found)
+}
+
+/// One thread per position: seek, then (once every thread has sought: see `SeeksFirst`)
+/// one small getdents.
+fn probe_wave(job: &Job, wave: &[u64]) -> Option<Vec<bool>> {
+    let meet = SeeksFirst::default();
+    let meet = &meet;
+    let answers: Vec<Option<bool>> = std::thread::scope(|s| {
+        let probers: Vec<_> = wave
+            .iter()
+            .map(|&pos| {
                 std::thread::Builder::new()
                     .stack_size(64 * 1024)
                     .spawn_scoped(s, move || {
-                        let own = job.spare_fd()?;
-                        let mut buf = [0u8; 1024];
-                        let mut scratch = Vec::new();
-                        let found = positions.iter().skip(k).step_by(n).map(|&pos| {
+                        let own = job.spare_fd();
+                        if let Some(own) = &own {
                             let _ = sys::file::seek_own(own.raw(), pos);
-                            scratch.clear();
-                            getdents(own.raw(), &mut buf, &mut scratch) > 0
-                        });
-                        let found = found.collect::<Vec<bool>>();
+                        }
+                        meet.sought();
+                        let own = own?;
+                        let mut buf = [0u8; 1024];
+                        let found = getdents(own.raw(), &mut buf, &mut Vec::new()) > 0;
                         job.give_back(own);
                         Some(found)
                     })
                     .ok()
             })
             .collect();
+        meet.start(probers.iter().flatten().count());
         // Every thread joined here, so that none is left for the scope to re-raise.
         probers
             .into_iter()
             .map(|p| p.and_then(|h| h.join().ok().flatten()))
             .collect()
     });
-    let mut found = vec![false; positions.len()];
-    for (k, part) in parts.into_iter().enumerate() {
-        for (j, f) in part?.into_iter().enumerate() {
-            found[k + j * n] = f;
+    answers.into_iter().collect()
+}
+
+/// Threads that each seek their own fd on one directory, then read from it, meet here so
+/// that every seek is made before any read starts. btrfs's lseek on a directory waits for
+/// the getdents and lookups in flight (each holds the directory's lock through its reads)
+/// and holds off those that come after: a seek made while the others read made them take
+/// turns. On the 100k directory aged less, the two rounds of probes took 147-180 ms and the
+/// listing ended at 507-518 ms; with the seeks first (and the workers' lookups held back
+/// while the probes run) 50-94 and 331-365 ms (bench/results/cold-dirs.md, "btrfs: seeks
+/// first").
+#[derive(Default)]
+struct SeeksFirst {
+    /// Threads that have sought, and whether they may read.
+    state: Mutex<(usize, bool)>,
+    go: Condvar,
+}
+
+/// Longest a thread of `SeeksFirst` waits for the others (one that failed to start, or
+/// whose seek waits behind a slow read, holds up none of them for longer).
+const SEEKS_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl SeeksFirst {
+    /// A thread has sought: waits until the others have too (see `start`).
+    fn sought(&self) {
+        let deadline = Instant::now() + SEEKS_WAIT;
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.0 += 1;
+        self.go.notify_all();
+        while !st.1 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .go
+                .wait_timeout(st, left)
+                .map(|(st, _)| st)
+                .unwrap_or_else(|e| e.into_inner().0);
         }
     }
-    Some(found)
+
+    /// The starting thread, once `threads` were spawned: lets them read when every one has
+    /// sought.
+    fn start(&self, threads: usize) {
+        let deadline = Instant::now() + SEEKS_WAIT;
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.0 < threads {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .go
+                .wait_timeout(st, left)
+                .map(|(st, _)| st)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        st.1 = true;
+        self.go.notify_all();
+    }
 }
 
 /// Lists each range of directory offsets on its own fd, in parallel; `out` gets batches as
@@ -1123,17 +1209,27 @@ fn list_ranges(
     out: &(dyn Fn(u64, Vec<(u64, CString)>) + Sync),
 ) {
     let (kind, nice) = (job.kind, job.nice);
+    // Only btrfs's lseek waits for the directory's readers.
+    let meet = (kind == BTRFS_SUPER_MAGIC).then(SeeksFirst::default);
+    let meet = meet.as_ref();
     std::thread::scope(|s| {
+        let mut listers = 0;
         for (start, end) in ranges {
             // A range that cannot get a thread is left out: the prefetch is best effort.
-            let _ = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .stack_size(256 * 1024)
                 .spawn_scoped(s, move || {
                     yield_cpu_to_program(nice);
-                    let Some(own) = job.spare_fd() else {
+                    let own = job.spare_fd();
+                    if let Some(own) = &own {
+                        let _ = sys::file::seek_own(own.raw(), start);
+                    }
+                    if let Some(meet) = meet {
+                        meet.sought();
+                    }
+                    let Some(own) = own else {
                         return;
                     };
-                    let _ = sys::file::seek_own(own.raw(), start);
                     let mut buf = vec![0u8; getdents_buffer(kind)];
                     let mut part = Vec::new();
                     let mut pos = start;
@@ -1144,11 +1240,11 @@ fn list_ranges(
                         if getdents(own.raw(), &mut buf, &mut batch) == 0 {
                             break;
                         }
-                        if pos == 0 {
-                            if let Some(last) = batch.last() {
-                                job.first_batch_end
-                                    .store(last.next_off as u64, Ordering::Relaxed);
-                            }
+                        if pos == 0
+                            && let Some(last) = batch.last()
+                        {
+                            job.first_batch_end
+                                .store(last.next_off as u64, Ordering::Relaxed);
                         }
                         for e in batch {
                             if pos >= end {
@@ -1165,6 +1261,10 @@ fn list_ranges(
                     }
                     out(part_start, part);
                 });
+            listers += usize::from(spawned.is_ok());
+        }
+        if let Some(meet) = meet {
+            meet.start(listers);
         }
     });
 }
@@ -1342,5 +1442,43 @@ mod tests {
             assert!(!name.contains(&0) && !name.contains(&b'/'), "{name:?}");
             assert_eq!(xfs_hash(&name), target, "{name:?}");
         }
+    }
+
+    #[test]
+    fn seeks_first_holds_every_read_until_every_seek() {
+        let meet = SeeksFirst::default();
+        let sought = AtomicUsize::new(0);
+        let early = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for k in 0..8u64 {
+                let (meet, sought, early) = (&meet, &sought, &early);
+                s.spawn(move || {
+                    // Staggered, as threads start: the last seeks 16 ms after the first.
+                    std::thread::sleep(std::time::Duration::from_millis(2 * k));
+                    sought.fetch_add(1, Ordering::SeqCst);
+                    meet.sought();
+                    if sought.load(Ordering::SeqCst) < 8 {
+                        early.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+            meet.start(8);
+        });
+        assert_eq!(
+            early.load(Ordering::SeqCst),
+            0,
+            "a read started before every seek"
+        );
+    }
+
+    #[test]
+    fn seeks_first_lets_the_reads_go_without_a_thread_that_never_came() {
+        // Two spawned, one lost: neither the starter nor the other thread hangs.
+        let meet = SeeksFirst::default();
+        std::thread::scope(|s| {
+            s.spawn(|| meet.sought());
+            meet.start(2);
+        });
+        assert_eq!(*meet.state.lock().unwrap(), (1, true));
     }
 }
