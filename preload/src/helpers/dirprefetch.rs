@@ -1163,29 +1163,29 @@ const SEEKS_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 impl SeeksFirst {
     /// A thread has sought: waits until the others have too (see `start`).
     fn sought(&self) {
-        let deadline = Instant::now() + SEEKS_WAIT;
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.0 += 1;
         self.go.notify_all();
-        while !st.1 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            st = self
-                .go
-                .wait_timeout(st, left)
-                .map(|(st, _)| st)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
+        drop(self.wait(st, |&(_, go)| go));
     }
 
     /// The starting thread, once `threads` were spawned: lets them read when every one has
     /// sought.
     fn start(&self, threads: usize) {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.wait(st, |&(sought, _)| sought >= threads);
+        st.1 = true;
+        self.go.notify_all();
+    }
+
+    /// Waits on `go` until `done`, at most SEEKS_WAIT.
+    fn wait<'a>(
+        &self,
+        mut st: std::sync::MutexGuard<'a, (usize, bool)>,
+        done: impl Fn(&(usize, bool)) -> bool,
+    ) -> std::sync::MutexGuard<'a, (usize, bool)> {
         let deadline = Instant::now() + SEEKS_WAIT;
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while st.0 < threads {
+        while !done(&st) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -1196,8 +1196,7 @@ impl SeeksFirst {
                 .map(|(st, _)| st)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
-        st.1 = true;
-        self.go.notify_all();
+        st
     }
 }
 
