@@ -684,7 +684,7 @@ struct ColdProbe {
 /// the probe of the 100k aged directory on the slow disk, a batch of 32 KiB (as glibc's
 /// readdir reads) and two cold stats, held the program's opendir 40-45 ms, and with 4 KiB
 /// 18-19 ms (bench/results/cold-dirs.md, "ext4: a smaller probe"). 4 KiB holds enough
-/// entries to probe: 14 or more, however long the names.
+/// entries to probe: 12 or more besides "." and "..", however long the names.
 fn probe_buffer(kind: i64) -> usize {
     if kind == EXT4_SUPER_MAGIC {
         4096
@@ -1057,7 +1057,10 @@ fn offsets_end(fd: i32, kind: i64, job: &Job) -> Option<u64> {
             .map(|st| st.size.div_ceil(8) + 1),
         BTRFS_SUPER_MAGIC => {
             let end = btrfs_index_end(job);
+            // Under the queue's lock, under which a worker looks at it before it waits.
+            let q = job.queue.lock().unwrap_or_else(|e| e.into_inner());
             job.probing.store(false, Ordering::Relaxed);
+            drop(q);
             job.ready.notify_all();
             end
         }
@@ -1108,7 +1111,7 @@ fn entries_at(job: &Job, positions: &[u64]) -> Option<Vec<bool>> {
 /// One thread per position: seek, then (once every thread has sought: see `SeeksFirst`)
 /// one small getdents.
 fn probe_wave(job: &Job, wave: &[u64]) -> Option<Vec<bool>> {
-    let meet = SeeksFirst::default();
+    let meet = SeeksFirst::new(SEEKS_WAIT);
     let meet = &meet;
     let answers: Vec<Option<bool>> = std::thread::scope(|s| {
         let probers: Vec<_> = wave
@@ -1149,11 +1152,12 @@ fn probe_wave(job: &Job, wave: &[u64]) -> Option<Vec<bool>> {
 /// listing ended at 507-518 ms; with the seeks first (and the workers' lookups held back
 /// while the probes run) 50-94 and 331-365 ms (bench/results/cold-dirs.md, "btrfs: seeks
 /// first").
-#[derive(Default)]
 struct SeeksFirst {
     /// Threads that have sought, and whether they may read.
     state: Mutex<(usize, bool)>,
     go: Condvar,
+    /// Longest a thread waits for the others (SEEKS_WAIT).
+    patience: std::time::Duration,
 }
 
 /// Longest a thread of `SeeksFirst` waits for the others (one that failed to start, or
@@ -1161,6 +1165,14 @@ struct SeeksFirst {
 const SEEKS_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl SeeksFirst {
+    fn new(patience: std::time::Duration) -> SeeksFirst {
+        SeeksFirst {
+            state: Mutex::new((0, false)),
+            go: Condvar::new(),
+            patience,
+        }
+    }
+
     /// A thread has sought: waits until the others have too (see `start`).
     fn sought(&self) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -1178,13 +1190,13 @@ impl SeeksFirst {
         self.go.notify_all();
     }
 
-    /// Waits on `go` until `done`, at most SEEKS_WAIT.
+    /// Waits on `go` until `done`, at most `patience`.
     fn wait<'a>(
         &self,
         mut st: std::sync::MutexGuard<'a, (usize, bool)>,
         done: impl Fn(&(usize, bool)) -> bool,
     ) -> std::sync::MutexGuard<'a, (usize, bool)> {
-        let deadline = Instant::now() + SEEKS_WAIT;
+        let deadline = Instant::now() + self.patience;
         while !done(&st) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -1209,7 +1221,7 @@ fn list_ranges(
 ) {
     let (kind, nice) = (job.kind, job.nice);
     // Only btrfs's lseek waits for the directory's readers.
-    let meet = (kind == BTRFS_SUPER_MAGIC).then(SeeksFirst::default);
+    let meet = (kind == BTRFS_SUPER_MAGIC).then(|| SeeksFirst::new(SEEKS_WAIT));
     let meet = meet.as_ref();
     std::thread::scope(|s| {
         let mut listers = 0;
@@ -1445,7 +1457,8 @@ mod tests {
 
     #[test]
     fn seeks_first_holds_every_read_until_every_seek() {
-        let meet = SeeksFirst::default();
+        // Patience no loaded machine runs out of: what is tested is the meeting.
+        let meet = SeeksFirst::new(std::time::Duration::from_secs(60));
         let sought = AtomicUsize::new(0);
         let early = AtomicUsize::new(0);
         std::thread::scope(|s| {
@@ -1473,7 +1486,7 @@ mod tests {
     #[test]
     fn seeks_first_lets_the_reads_go_without_a_thread_that_never_came() {
         // Two spawned, one lost: neither the starter nor the other thread hangs.
-        let meet = SeeksFirst::default();
+        let meet = SeeksFirst::new(std::time::Duration::from_millis(10));
         std::thread::scope(|s| {
             s.spawn(|| meet.sought());
             meet.start(2);
