@@ -1465,7 +1465,7 @@ mod tests {
             for k in 0..8u64 {
                 let (meet, sought, early) = (&meet, &sought, &early);
                 s.spawn(move || {
-                    // Staggered, as threads start: the last seeks 16 ms after the first.
+                    // Staggered, as threads start: the last seeks 14 ms after the first.
                     std::thread::sleep(std::time::Duration::from_millis(2 * k));
                     sought.fetch_add(1, Ordering::SeqCst);
                     meet.sought();
