@@ -11,6 +11,8 @@ pub struct FileId {
     pub ino: u64,
     pub size: u64,
     pub mode: u32,
+    /// The device a device node stands for (0 for other files).
+    pub rdev: u64,
     nlink: u64,
 }
 
@@ -21,6 +23,7 @@ impl FileId {
             ino: st.st_ino,
             size: st.st_size as u64,
             mode: st.st_mode,
+            rdev: st.st_rdev,
             nlink: st.st_nlink,
         }
     }

@@ -16,6 +16,7 @@
 //! Every function leaves errno as it found it and reports failure as `Err(Errno)`, as rustix
 //! and nix do: a program's errno is its own, and a hook's extra calls must not change it.
 
+pub mod blockdev;
 pub mod cache;
 pub mod claim;
 pub mod dir;

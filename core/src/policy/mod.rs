@@ -22,7 +22,7 @@ pub mod write;
 
 pub use growth::{BlockSample, GROWTH_BLOCK, Growth, GrowthActions};
 pub use map::{MAP_GROWTH_LOOK, MAP_SPARSE_PERCENT, MapActions, MapClass, MapSample, MapScan};
-pub use range::{DROP_ALIGN, PAGE, PROOF_BLOCK, PROOF_CHUNK, PROOF_RING, Proof, Range};
+pub use range::{DROP_ALIGN, PAGE, PROOF_BLOCK, PROOF_CHUNK, PROOF_RING, Proof, Range, coalesce};
 pub use read::{
     Consumed, FastRead, Pattern, Prefetch, ReadActions, ReadPlan, ReadStream, read_continues,
     readahead_folio_max, uncached_read_fits,
