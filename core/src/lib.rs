@@ -4,5 +4,6 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod ext4;
 pub mod policy;
 pub mod units;

@@ -127,6 +127,21 @@ pub fn move_high(fd: i32) -> Result<OwnFd, Errno> {
     Ok(OwnFd(high as i32))
 }
 
+/// pread of an own fd at `off` into `buf`: the fd's position is left alone.
+pub fn read_at(fd: &OwnFd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
+    // SAFETY: own buffer: the kernel writes at most buf.len() bytes into `buf`; own fd.
+    let n = cvt(|| unsafe {
+        libc::syscall(
+            libc::SYS_pread64,
+            fd.raw(),
+            buf.as_mut_ptr(),
+            buf.len(),
+            off as i64,
+        )
+    })?;
+    Ok(n as usize)
+}
+
 /// Opens a NUL-terminated path (relative to `dirfd`) read-only and close-on-exec, as an fd
 /// of the shim's own moved high. `flags` are added (O_DIRECTORY, O_NOATIME).
 pub fn open_own(dirfd: i32, path: &std::ffi::CStr, flags: c_int) -> Result<OwnFd, Errno> {

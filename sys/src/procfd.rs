@@ -41,20 +41,7 @@ fn open_path(path: &CStr, flags: i32) -> Result<OwnFd, Errno> {
     Ok(OwnFd::from_raw(fd as i32))
 }
 
-/// pread of an own fd at `off` into `buf`.
-fn pread(fd: &OwnFd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
-    // SAFETY: own buffer: the kernel writes at most buf.len() bytes into `buf`; own fd.
-    let n = cvt(|| unsafe {
-        libc::syscall(
-            libc::SYS_pread64,
-            fd.raw(),
-            buf.as_mut_ptr(),
-            buf.len(),
-            off as i64,
-        )
-    })?;
-    Ok(n as usize)
-}
+use crate::file::read_at as pread;
 
 /// A directory of /proc (a process's `fd` directory, or /proc itself), kept open and
 /// listed again from the start on every call.
