@@ -215,6 +215,25 @@ listing_first_check() { # DIR
         '[ "$a" = "$b" ] && grep -q "entries listed" "$d/ls-order.log" && ! grep -q "reads on" "$d/ls-order.log"'
 }
 
+# ext4 on a slow device, the device readable (root): the directory's blocks, then the
+# table blocks of the inodes it lists, are asked of the device in a few large reads ahead
+# of the listers' one-block and the lookups' 32-block reads: a program that lists, then
+# stats, makes far fewer requests than without the shim (5000 aged entries: 49
+# against 266). (`du` itself closes the stream before it stats, which stops the prefetch.)
+device_reads_check() { # DIR
+    local st a b n0 plain shimmed
+    if [ -z "$have_list_then_stat" ]; then skip "slow disk ext4: reads through the device: no C compiler"; return; fi
+    st=/sys/block/$(basename "$(findmnt -n -o SOURCE --target "$1")")/stat
+    cold; n0=$(awk '{ print $1 }' "$st"); a=$("$d/list_then_stat" "$1" 2>&1)
+    plain=$(($(awk '{ print $1 }' "$st") - n0))
+    cold; n0=$(awk '{ print $1 }' "$st")
+    b=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$1" 2>"$d/device-reads.log")
+    shimmed=$(($(awk '{ print $1 }' "$st") - n0))
+    check "slow disk ext4: the directory and its inode tables read through the device ($shimmed requests, $plain without the shim), output identical ($b)" \
+        '[ "$a" = "$b" ] && grep -q "of the directory.s blocks (" "$d/device-reads.log" &&
+         grep -q "KiB of inode tables (" "$d/device-reads.log" && [ "$shimmed" -le $((plain / 2)) ]'
+}
+
 # ... but one that stops reading short of the end to stat what it read (fts reads at most
 # 100,000 entries at a time) gets its stats before the listing ends. On a 50 ms disk, where
 # the 5000 entries take longer to list (150 ms and more: each lister reads its blocks one
@@ -283,6 +302,7 @@ if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
         run_suite "slow disk ext4" "$mnt/aged"
         order_check "slow disk ext4" "$mnt/aged"
         listing_first_check "$mnt/aged"
+        device_reads_check "$mnt/aged"
         if [ -n "$have_seccomp" ]; then seccomp_check "slow disk ext4" "$mnt/aged"
         else skip "slow disk ext4: seccomp filter during a prefetch: no C compiler"; fi
     else
