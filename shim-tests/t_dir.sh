@@ -13,6 +13,7 @@ cleanup() {
     rm -rf "$d"
 }
 trap cleanup EXIT
+lts_wrap=()
 N=${DIR_TEST_ENTRIES:-20000}
 
 # cold: drop the page, dentry and inode caches (root only: callers check is_root and skip
@@ -163,7 +164,7 @@ lts_check() {
     shift 2
     if [ -z "$have_list_then_stat" ]; then skip "$label: no C compiler"; return; fi
     plain=$("$d/list_then_stat" "$@" 2>&1)
-    cold; out=$(DROPBEHIND_LOG=debug shim "$d/list_then_stat" "$@" 2>"$d/lts.log")
+    cold; out=$(DROPBEHIND_LOG=debug shim "${lts_wrap[@]}" "$d/list_then_stat" "$@" 2>"$d/lts.log")
     check "$label, output identical ($out)" '[ "$out" = "$plain" ] && grep -q "$pattern" "$d/lts.log"'
 }
 order_check() { # LABEL DIR
@@ -219,7 +220,7 @@ listing_first_check() { # DIR
 # table blocks of the inodes it lists, are asked of the device in a few large reads ahead
 # of the listers' one-block and the lookups' 32-block reads: a program that lists, then
 # stats, makes far fewer requests than without the shim (5000 aged entries: 49
-# against 266). (`du` itself closes the stream before it stats, which stops the prefetch.)
+# against 266).
 device_reads_check() { # DIR
     local st a b n0 plain shimmed
     if [ -z "$have_list_then_stat" ]; then skip "slow disk ext4: reads through the device: no C compiler"; return; fi
@@ -234,6 +235,21 @@ device_reads_check() { # DIR
          grep -q "KiB of inode tables (" "$d/device-reads.log" && [ "$shimmed" -le $((plain / 2)) ]'
 }
 
+# fts (`du`, `find`) dups its stream's fd, reads the directory to its end, closes the
+# stream and stats every entry through the dup: the prefetch goes on while the program
+# holds the directory open that way (stopped at the closedir, it read nothing for `du`:
+# as many requests as without the shim).
+fts_dup_check() { # DIR
+    local st a b n0 plain shimmed
+    st=/sys/block/$(basename "$(findmnt -n -o SOURCE --target "$1")")/stat
+    cold; n0=$(awk '{ print $1 }' "$st"); a=$(du -s "$1"); plain=$(($(awk '{ print $1 }' "$st") - n0))
+    cold; n0=$(awk '{ print $1 }' "$st")
+    b=$(DROPBEHIND_LOG=debug shim du -s "$1" 2>"$d/fts-dup.log")
+    shimmed=$(($(awk '{ print $1 }' "$st") - n0))
+    check "slow disk ext4: du, which stats through a dup of its closed stream, gets the prefetch ($shimmed requests, $plain without the shim), output identical" \
+        '[ "$a" = "$b" ] && grep -q "entries listed in" "$d/fts-dup.log" && [ "$shimmed" -le $((plain / 2)) ]'
+}
+
 # ... but one that stops reading short of the end to stat what it read (fts reads at most
 # 100,000 entries at a time) gets its stats before the listing ends. On a 50 ms disk, where
 # the 5000 entries take longer to list (150 ms and more: each lister reads its blocks one
@@ -241,9 +257,15 @@ device_reads_check() { # DIR
 # stands still from its first batch on (with parts of 2500 it read cold blocks first, and a
 # listing done in 162 ms beat its pause once; 14 of 14 with the 4 KiB ext4 probe, whose
 # listing took 357 ms).
+# Where the shim may read the device (root), the directory is read through it in a few reads
+# and listed before a pause can show: the program runs where /dev holds no node for the
+# device (a mount namespace of its own), as a program without permission to read it would.
 parts_check() { # DIR
+    if ! have unshare; then skip "slow disk ext4, 50 ms: stats before the listing ends: unshare missing"; return; fi
+    local lts_wrap=(unshare -m --propagation private sh -c 'mount -t tmpfs none /dev && exec "$0" "$@"')
     lts_check "slow disk ext4, 50 ms: stats start before the listing ends for a program reading in parts" \
         "the stats start before the listing ends" "$1" 1 500
+    check "slow disk ext4, 50 ms: ... with the device left unread" '! grep -q "asked of the device" "$d/lts.log"'
 }
 
 # xfs on a slow device: the index walk reads every leaf of the directory's hash index
@@ -303,6 +325,7 @@ if "$ROOT/scripts/slowdisk.sh" check 2>/dev/null; then
         order_check "slow disk ext4" "$mnt/aged"
         listing_first_check "$mnt/aged"
         device_reads_check "$mnt/aged"
+        fts_dup_check "$mnt/aged"
         if [ -n "$have_seccomp" ]; then seccomp_check "slow disk ext4" "$mnt/aged"
         else skip "slow disk ext4: seccomp filter during a prefetch: no C compiler"; fi
     else

@@ -80,7 +80,8 @@ impl Layout {
     /// Where group `group`'s descriptor lies, and how many bytes of it to read.
     pub fn descriptor(&self, group: u64) -> (u64, usize) {
         (
-            self.descriptors_at + group * self.desc_size,
+            self.descriptors_at
+                .saturating_add(group.saturating_mul(self.desc_size)),
             self.desc_size.min(64) as usize,
         )
     }
@@ -99,8 +100,10 @@ impl Layout {
     /// The device offset of the block holding inode `ino`, given its group's inode table.
     pub fn inode_block_at(&self, ino: u64, table: u64) -> u64 {
         let index = ino.saturating_sub(1) % self.inodes_per_group;
-        let block = table + index * self.inode_size / self.block_size;
-        block * self.block_size
+        // Saturating: a descriptor read wrong gives an offset past the device's end, where
+        // a readahead reads nothing, never a wrapped one.
+        let block = table.saturating_add(index * self.inode_size / self.block_size);
+        block.saturating_mul(self.block_size)
     }
 }
 

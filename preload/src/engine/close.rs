@@ -24,6 +24,7 @@ pub fn opened_unseen(fd: i32) {
 
 /// `fd` is a duplicate of `old`.
 pub fn duplicated(old: i32, fd: i32) {
+    crate::dirprefetch::duplicated(old, fd);
     if let Some(slot) = fdtable::slot(fd) {
         slot.duplicated(fdtable::slot(old));
     }
@@ -38,6 +39,7 @@ pub fn opened(fd: i32, flags: i32) {
 
 /// Before `fd` is closed: drop what its streams consumed, settle what they wrote.
 pub fn closing(fd: i32) {
+    crate::dirprefetch::closing(fd);
     super::tree::program_closes(fd as u32, fd as u32);
     settle(fd);
     // Jobs still using the fd (its stream's end was skipped: another thread held its slot)
@@ -68,6 +70,7 @@ fn finish_tracked(fd: i32, slot: &'static fdtable::Slot) {
 
 /// Before fds `lo..=hi` are closed together.
 pub fn closing_range(lo: u32, hi: u32) {
+    crate::dirprefetch::closing_range(lo, hi);
     // Held fds are the shim's own reopenings, never claimed: checked over the whole range.
     super::tree::program_closes(lo, hi);
     crate::writeback::release_fds(lo, hi);
