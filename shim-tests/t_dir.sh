@@ -64,6 +64,17 @@ if is_root; then
     inodes=$(echo "$cold_line" | sed -n 's/.*(\([0-9]*\) inodes.*/\1/p')
     check "cold big directory: prefetched, at least $((N / 2)) of its $N inodes (${cold_line:-no report})" \
         'grep -q "directories prefetched 1 " "$d/stats_cold" && [ "${inodes:-0}" -ge $((N / 2)) ]'
+    # A vfork child's closes are its own: CPython's subprocess closes every fd above 2 in
+    # the child (close_range) before it execs, while it still shares the parent's memory,
+    # the prefetch's table of jobs with it (that stopped the parent's prefetch: 0 inodes).
+    cold
+    rm -f "$d/stats_vfork"
+    DROPBEHIND_STATS="$d/stats_vfork" shim python3 -c "import os,subprocess,sys
+it = os.scandir(sys.argv[1]); subprocess.run(['true'])
+print(sum(1 for e in it if e.stat(follow_symlinks=False)))" "$d/aged" >/dev/null
+    vf_inodes=$(sed -n 's/.*directories prefetched 1 *(\([0-9]*\) inodes.*/\1/p' "$d/stats_vfork" | head -1)
+    check "cold big directory: a vfork child's close_range leaves the parent's prefetch going (${vf_inodes:-no} inodes)" \
+        '[ "${vf_inodes:-0}" -ge $((N / 2)) ]'
     # The helpers stat and list on fds the program's thread opened for them (see
     # thread_fd_calls in lib.sh).
     cold
@@ -225,6 +236,7 @@ device_reads_check() { # DIR
     local st a b n0 plain shimmed
     if [ -z "$have_list_then_stat" ]; then skip "slow disk ext4: reads through the device: no C compiler"; return; fi
     st=/sys/block/$(basename "$(findmnt -n -o SOURCE --target "$1")")/stat
+    if [ ! -r "$st" ]; then skip "slow disk ext4: reads through the device: no request count ($st)"; return; fi
     cold; n0=$(awk '{ print $1 }' "$st"); a=$("$d/list_then_stat" "$1" 2>&1)
     plain=$(($(awk '{ print $1 }' "$st") - n0))
     cold; n0=$(awk '{ print $1 }' "$st")
@@ -232,7 +244,7 @@ device_reads_check() { # DIR
     shimmed=$(($(awk '{ print $1 }' "$st") - n0))
     check "slow disk ext4: the directory and its inode tables read through the device ($shimmed requests, $plain without the shim), output identical ($b)" \
         '[ "$a" = "$b" ] && grep -q "of the directory.s blocks (" "$d/device-reads.log" &&
-         grep -q "KiB of inode tables (" "$d/device-reads.log" && [ "$shimmed" -le $((plain / 2)) ]'
+         grep -q "KiB of inode tables (" "$d/device-reads.log" && [ "$plain" -gt 0 ] && [ "$shimmed" -le $((plain / 2)) ]'
 }
 
 # fts (`du`, `find`) dups its stream's fd, reads the directory to its end, closes the
@@ -242,12 +254,14 @@ device_reads_check() { # DIR
 fts_dup_check() { # DIR
     local st a b n0 plain shimmed
     st=/sys/block/$(basename "$(findmnt -n -o SOURCE --target "$1")")/stat
+    if [ ! -r "$st" ]; then skip "slow disk ext4: du through a dup: no request count ($st)"; return; fi
     cold; n0=$(awk '{ print $1 }' "$st"); a=$(du -s "$1"); plain=$(($(awk '{ print $1 }' "$st") - n0))
     cold; n0=$(awk '{ print $1 }' "$st")
     b=$(DROPBEHIND_LOG=debug shim du -s "$1" 2>"$d/fts-dup.log")
     shimmed=$(($(awk '{ print $1 }' "$st") - n0))
     check "slow disk ext4: du, which stats through a dup of its closed stream, gets the prefetch ($shimmed requests, $plain without the shim), output identical" \
-        '[ "$a" = "$b" ] && grep -q "entries listed in" "$d/fts-dup.log" && [ "$shimmed" -le $((plain / 2)) ]'
+        '[ "$a" = "$b" ] && grep -q "still holds the directory: the prefetch goes on" "$d/fts-dup.log" &&
+         [ "$plain" -gt 0 ] && [ "$shimmed" -le $((plain / 2)) ]'
 }
 
 # ... but one that stops reading short of the end to stat what it read (fts reads at most

@@ -98,6 +98,32 @@ def run(b):
             b.interleave(["xfs, slow disk, ls -l, cold, by threads"], conts[:1] + threads, 1,
                          lambda case, c: timed(b, "xfs ls -l", cmds["ls -l"].format(d=d), c, True, stats))
         sh([SLOWDISK, "down", str(sd)], capture_output=True)
+    # fts (`du`, `find`) dups its directory stream's fd, reads the directory to its end,
+    # closes the stream and stats every entry through the dup (gnulib fts, directories
+    # under 100,000 entries; the ones above are read on in parts): a directory of the size
+    # most are, made on a fresh filesystem of the slow disk.
+    small, small_cases = b.size(20_000, 5_000), []
+    for fs in fss:
+        sd = b.work / f"slow-small-{fs}"
+        sh([SLOWDISK, "down", str(sd)], capture_output=True)
+        print(f"\r\033[K[{b.scenario}] {small} aged entries on a fresh {fs}", end="", flush=True, file=sys.stderr)
+        up = sh([SLOWDISK, "up", str(sd), "--fs", fs, "--size", "1G"], capture_output=True, text=True)
+        if up.returncode != 0:
+            b.text(f"### {small}-entry directory on {fs}\n\nSkipped: {up.stderr.strip()}\n")
+            continue
+        d = f"{up.stdout.strip().splitlines()[-1]}/aged"
+        sh(["python3", MAKE_DIRS, "aged", d, str(small)], check=True, capture_output=True)
+        sh(["sync"])
+        spans[f"{fs} {small}"] = inode_span(d)
+        for name in ("du -s", "find -printf"):
+            case = f"{fs}, slow disk, {small} entries, {name}, cold"
+            small_cases.append(case)
+
+            def one(case, c, cmd=cmds[name].format(d=d), key=f"{fs} {small} {name}"):
+                return timed(b, key, cmd, c, True, stats)
+
+            b.interleave([case], conts, reps, one)
+        sh([SLOWDISK, "down", str(sd)], capture_output=True)
     # The local disk: faster where it can be, never more than 2% slower. ext4 is the local
     # disk's own filesystem; xfs and btrfs are the same images as above, loop-mounted
     # read-only straight from their files (no delay, no direct I/O).
@@ -144,6 +170,12 @@ def run(b):
                  f"The entries' inode numbers span this many times the entry count: {span}. "
                  "Every listing's output is compared with the plain run's, and the shim's report must show the prefetch "
                  "(cold) or the probe (warm).")
+    if small_cases:
+        b.table(f"{small}-entry aged directories: fts closes its stream before it stats", small_cases, conts,
+                [("seconds", "seconds", "{:.2f}"), ("inodes", "inodes prefetched", "{:.0f}")], ratio_of="seconds",
+                note=f"A fresh 1 GiB filesystem of the slow disk (as above), {small} entries made by scripts/make-dirs.py "
+                     "aged. `du` and `find` stat through a dup of the directory's fd after closing its stream; the "
+                     "prefetch goes on until the program has closed both.")
     plt = b.pyplot()
     curve = {c.name: b.rows("xfs, slow disk, ls -l, cold, by threads", c.name) for c in conts[:1] + threads}
     if plt and threads and all(curve.values()):

@@ -67,8 +67,10 @@ impl Layout {
             inodes_per_group,
             inode_size,
             desc_size,
-            // The block after the superblock's (block 0, or 1 with 1 KiB blocks).
-            descriptors_at: (le32(sb, 0x14)? + 1) * block_size,
+            // The block after the one holding the superblock (block 0, or 1 with 1 KiB
+            // blocks), as the kernel's descriptor_loc has it: not s_first_data_block + 1,
+            // which is 0 + 1 on a 1 KiB-block bigalloc filesystem.
+            descriptors_at: (SUPERBLOCK_AT / block_size + 1) * block_size,
         })
     }
 
@@ -141,6 +143,18 @@ mod tests {
         // 16 inodes of 256 bytes a block: the 17th of the group is in the table's second.
         assert_eq!(l.inode_block_at(1_572_865 + 16, table), (table + 1) * 4096);
         assert_eq!(l.inode_block_at(1_572_865 + 15, table), table * 4096);
+    }
+
+    #[test]
+    fn descriptors_follow_the_superblocks_block() {
+        // 1 KiB blocks: the superblock is block 1, the descriptors block 2, whatever
+        // s_first_data_block says (0 with bigalloc).
+        let mut sb = superblock(0);
+        sb[0x18..0x1C].copy_from_slice(&0u32.to_le_bytes());
+        let l = Layout::parse(&sb).unwrap();
+        assert_eq!(l.descriptor(0), (2048, 32));
+        sb[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
+        assert_eq!(Layout::parse(&sb).unwrap().descriptor(0), (2048, 32));
     }
 
     #[test]

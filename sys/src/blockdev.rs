@@ -5,7 +5,7 @@
 //! cache, so blocks read ahead through the device are found there by ext4's next read of
 //! them: one request for a run of blocks instead of one per block (docs/dir-prefetch.md).
 
-use crate::file::{OwnFd, identify, open_own};
+use crate::file::{OwnFd, identify, meta_at, open_own};
 use crate::proc::read_small;
 use crate::procfd::PathBuf128;
 use crate::{Errno, cvt};
@@ -28,9 +28,20 @@ pub fn open_device(dev: u64) -> Result<OwnFd, Errno> {
         .filter(|n| !n.is_empty() && !n.contains(".."))
         .ok_or(Errno(libc::ENODEV))?;
     let node = PathBuf128::new(format_args!("/dev/{name}"));
-    let fd = open_own(libc::AT_FDCWD, node.as_cstr(), 0)?;
+    // Looked at before it is opened: a FIFO of that name would block the open (in the
+    // program's opendir), a tty could become the program's controlling terminal.
+    let is_it = |mode: u32, rdev: u64| mode & libc::S_IFMT == libc::S_IFBLK && rdev == dev;
+    let meta = meta_at(libc::AT_FDCWD, node.as_cstr(), true)?;
+    if !is_it(meta.mode, meta.rdev) {
+        return Err(Errno(libc::ENODEV));
+    }
+    let fd = open_own(
+        libc::AT_FDCWD,
+        node.as_cstr(),
+        libc::O_NONBLOCK | libc::O_NOCTTY,
+    )?;
     let st = identify(fd.raw())?;
-    if st.mode & libc::S_IFMT != libc::S_IFBLK || st.rdev != dev {
+    if !is_it(st.mode, st.rdev) {
         return Err(Errno(libc::ENODEV));
     }
     Ok(fd)

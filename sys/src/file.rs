@@ -262,6 +262,8 @@ pub struct Meta {
     pub mode: u32,
     pub nlink: u64,
     pub uid: u32,
+    /// The device a device node stands for (0 for other files).
+    pub rdev: u64,
 }
 
 impl Meta {
@@ -303,6 +305,7 @@ fn statx(dirfd: i32, name: &std::ffi::CStr, flags: c_int) -> Result<Meta, Errno>
         mode: u32::from(stx.stx_mode),
         nlink: u64::from(stx.stx_nlink),
         uid: stx.stx_uid,
+        rdev: libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor),
     })
 }
 

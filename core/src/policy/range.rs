@@ -43,9 +43,9 @@ impl Range {
     }
 }
 
-/// Reads that cover `pieces` (device ranges, in any order): sorted, overlaps joined, and two
-/// pieces read as one where the hole between them is at most `max_gap` bytes and the read
-/// stays within `max_len` (at least the piece itself). Fewer, larger requests for a
+/// Reads that cover `pieces` (device ranges, in any order): sorted, overlaps always joined
+/// (no byte is asked for twice), and two pieces read as one where the hole between them is
+/// at most `max_gap` bytes and the read stays within `max_len` (at least the piece itself). Fewer, larger requests for a
 /// directory's scattered blocks: on a disk that charges each request, as a spinning one does
 /// and the slow-disk fixture does, they cost one request each, not one per piece.
 pub fn coalesce(mut pieces: Vec<Range>, max_gap: u64, max_len: u64) -> Vec<Range> {
@@ -55,8 +55,9 @@ pub fn coalesce(mut pieces: Vec<Range>, max_gap: u64, max_len: u64) -> Vec<Range
     for r in pieces {
         match out.last_mut() {
             Some(last)
-                if r.start <= last.end.saturating_add(max_gap)
-                    && r.end.max(last.end) - last.start <= max_len.max(last.len()) =>
+                if r.start < last.end
+                    || (r.start <= last.end.saturating_add(max_gap)
+                        && r.end.max(last.end) - last.start <= max_len.max(last.len())) =>
             {
                 last.end = last.end.max(r.end);
             }
@@ -224,6 +225,11 @@ mod tests {
         assert_eq!(
             coalesce(vec![r(0, 10), r(19, 30)], 9, 29),
             vec![r(0, 10), r(19, 30)]
+        );
+        // Overlapping pieces are joined even past the limit.
+        assert_eq!(
+            coalesce(vec![r(0, 80), r(60, 150)], 0, 100),
+            vec![r(0, 150)]
         );
         // A piece longer than the limit stays whole; empty pieces go.
         assert_eq!(

@@ -171,10 +171,12 @@ struct Job {
     spare_fds: Mutex<Vec<OwnFd>>,
     /// The filesystem's magic number (statfs f_type).
     kind: i64,
-    /// ext4: the block device under the directory, read-only, and its number (see
-    /// `read_dir_blocks`). Opened in the program's opendir, as `spare_fds` are.
+    /// ext4: the block device under the directory, read-only (see `read_dir_blocks`), and
+    /// the most one readahead call reads of it (6.18: the device's largest request). Both
+    /// found in the program's opendir, as `spare_fds` are opened there: the sysfs files
+    /// read for them take the lowest free fd number for a moment.
     device: Option<OwnFd>,
-    dev: u64,
+    read_chunk: u64,
     /// Worker threads this job was given.
     threads: usize,
     cancel: AtomicBool,
@@ -613,15 +615,14 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         cfg.threads
     };
     let xfs_walk = kind == XFS_SUPER_MAGIC && threads > 1 && latency_us >= FAST_DEVICE_US;
+    let filtered = sys::proc::seccomp_filtered();
     // Not under a seccomp filter: a service allowed a list of ioctls could be killed for it.
-    let inode_reads = if xfs_walk
-        && sys::proc::has_effective_cap(sys::proc::CAP_SYS_ADMIN)
-        && !sys::proc::seccomp_filtered()
-    {
-        InodeReads::Bulkstat
-    } else {
-        InodeReads::Lookup
-    };
+    let inode_reads =
+        if xfs_walk && sys::proc::has_effective_cap(sys::proc::CAP_SYS_ADMIN) && !filtered {
+            InodeReads::Bulkstat
+        } else {
+            InodeReads::Lookup
+        };
     if xfs_walk {
         crate::debug!(
             "directory prefetch: xfs on a slow device: inode clusters read by {inode_reads:?}"
@@ -649,14 +650,19 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
     // Without permission to read the device (not root, nor in its group) or with no node
     // for it, the listers read the blocks as before. Not under a seccomp filter: FIEMAP is
     // an ioctl (see `inode_reads`).
-    let device = (kind == EXT4_SUPER_MAGIC && threads > 1 && !sys::proc::seccomp_filtered())
+    let device = (kind == EXT4_SUPER_MAGIC && threads > 1 && !filtered)
         .then(|| sys::blockdev::open_device(st.dev).ok())
         .flatten();
+    let read_chunk = device
+        .as_ref()
+        .and_then(|_| sys::proc::device_limits(st.dev))
+        .map_or(0, |(_, largest)| largest)
+        .max(128 * 1024);
     let job = Arc::new(Job {
-        nice: kind != XFS_SUPER_MAGIC && !sys::proc::seccomp_filtered(),
+        nice: kind != XFS_SUPER_MAGIC && !filtered,
         kind,
         device,
-        dev: st.dev,
+        read_chunk,
         threads,
         spare_fds: Mutex::new(spare_fds),
         fd,
@@ -971,9 +977,11 @@ fn read_dir_blocks(job: &Job) {
     );
 }
 
-/// ext4, once the directory is listed and before the workers start: asks the device for
-/// the inode table blocks that hold the listed entries' inodes, in a few large reads, as
-/// `read_dir_blocks` does for the directory. ext4 reads an inode table 32 blocks at a time
+/// ext4, once the directory is listed: asks the device for the inode table blocks that hold
+/// the listed entries' inodes, in a few large reads, as `read_dir_blocks` does for the
+/// directory. On a slow device the workers wait for the listing (`listing_first`), so the
+/// reads are asked for before their lookups; on a fast one they are already at work, and
+/// the entries they took are left out. ext4 reads an inode table 32 blocks at a time
 /// from the lookup that needs one (`inode_readahead_blks`): 1,500-1,600 requests for the
 /// 100k aged directory's 12,425 blocks. Where they lie comes from the superblock and the
 /// group descriptors, read through the device (cached: ext4 keeps them in memory); an
@@ -1037,9 +1045,7 @@ fn read_inode_tables(job: &Job) {
 /// Reads `pieces` of the device ahead (asynchronously), joined into as few reads as
 /// `READ_HOLE` and the device's largest request allow. The bytes asked for, and the reads.
 fn read_through_device(job: &Job, device: &OwnFd, pieces: Vec<Range>) -> (u64, usize) {
-    // One readahead call reads at most the device's largest request (6.18).
-    let (_, largest) = sys::proc::device_limits(job.dev).unwrap_or((0, 0));
-    let chunk = largest.max(128 * 1024);
+    let chunk = job.read_chunk;
     let reads = coalesce(pieces, READ_HOLE, chunk);
     let asked = reads
         .iter()
@@ -1427,23 +1433,38 @@ static JOB_FD: [AtomicUsize; JOBS] = [const { AtomicUsize::new(0) }; JOBS];
 static JOB_DUP: [AtomicUsize; JOBS] = [const { AtomicUsize::new(0) }; JOBS];
 static JOB_PTR: [std::sync::atomic::AtomicPtr<Job>; JOBS] =
     [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; JOBS];
+/// The process that registered each slot: a vfork child shares this table with its parent,
+/// and its closes (CPython's subprocess closes every fd above 2 with close_range before it
+/// execs) are not the parent's.
+static JOB_PID: [std::sync::atomic::AtomicI32; JOBS] =
+    [const { std::sync::atomic::AtomicI32::new(0) }; JOBS];
 /// Slots in use: a close or dup looks at the table only while some job is registered.
 static JOBS_LIVE: AtomicUsize = AtomicUsize::new(0);
 
 fn register(dirfd: i32, job: Arc<Job>) {
-    let key = dirfd as usize + 1;
+    let raw = Arc::into_raw(job) as *mut Job;
     for i in 0..JOBS {
-        if JOB_FD[i]
-            .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+        // The slot is taken by its pointer and published by its key last: a close can only
+        // find a slot whose pointer is there to take.
+        if JOB_PTR[i]
+            .compare_exchange(
+                std::ptr::null_mut(),
+                raw,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_ok()
         {
             JOB_DUP[i].store(0, Ordering::Release);
-            JOB_PTR[i].store(Arc::into_raw(job) as *mut Job, Ordering::Release);
+            JOB_PID[i].store(sys::proc::pid(), Ordering::Release);
             JOBS_LIVE.fetch_add(1, Ordering::AcqRel);
+            JOB_FD[i].store(dirfd as usize + 1, Ordering::Release);
             return;
         }
     }
     // Table full: the job runs to its end on its own.
+    // SAFETY: `raw` came from Arc::into_raw above and was stored nowhere.
+    drop(unsafe { Arc::from_raw(raw) });
 }
 
 /// The program is about to sandbox itself: every prefetch stops, and this waits (up to
@@ -1460,8 +1481,11 @@ pub fn duplicated(old: i32, new: i32) {
         return;
     }
     let (old, new) = (old as usize + 1, new as usize + 1);
+    let mut pid = None;
     for i in 0..JOBS {
-        if JOB_FD[i].load(Ordering::Acquire) == old || JOB_DUP[i].load(Ordering::Acquire) == old {
+        if (JOB_FD[i].load(Ordering::Acquire) == old || JOB_DUP[i].load(Ordering::Acquire) == old)
+            && ours(i, &mut pid)
+        {
             let _ = JOB_DUP[i].compare_exchange(0, new, Ordering::AcqRel, Ordering::Acquire);
         }
     }
@@ -1481,29 +1505,49 @@ pub fn closing_range(lo: u32, hi: u32) {
         return;
     }
     let within = |key: usize| key != 0 && (lo as usize + 1..=hi as usize + 1).contains(&key);
+    let mut pid = None;
     for i in 0..JOBS {
-        if within(JOB_DUP[i].load(Ordering::Acquire)) {
+        let (key, dup) = (
+            JOB_FD[i].load(Ordering::Acquire),
+            JOB_DUP[i].load(Ordering::Acquire),
+        );
+        if !(within(key) || within(dup)) || !ours(i, &mut pid) {
+            continue;
+        }
+        if within(dup) {
             JOB_DUP[i].store(0, Ordering::Release);
         }
-        if !within(JOB_FD[i].load(Ordering::Acquire)) {
+        if !within(key) {
             continue;
         }
         // The stream goes; a duplicate still open takes its place as the job's key.
         let dup = JOB_DUP[i].swap(0, Ordering::AcqRel);
         if dup != 0 && !within(dup) {
             JOB_FD[i].store(dup, Ordering::Release);
+            crate::debug!(
+                "directory prefetch: the stream is closed, fd {} still holds the directory: \
+                 the prefetch goes on",
+                dup - 1
+            );
             continue;
         }
-        let p = JOB_PTR[i].swap(std::ptr::null_mut(), Ordering::AcqRel);
         JOB_FD[i].store(0, Ordering::Release);
+        let p = JOB_PTR[i].swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !p.is_null() {
             JOBS_LIVE.fetch_sub(1, Ordering::AcqRel);
-            // SAFETY: the pointer came from Arc::into_raw in `register`, taken once.
+            // SAFETY: the pointer came from Arc::into_raw in `register`; whoever swaps it
+            // out of its slot owns it, and the swap above took it.
             let job = unsafe { Arc::from_raw(p) };
             job.cancel.store(true, Ordering::Relaxed);
             job.ready.notify_all();
         }
     }
+}
+
+/// Whether slot `i` was registered by this process (see `JOB_PID`); `pid` caches getpid
+/// over one call.
+fn ours(i: usize, pid: &mut Option<i32>) -> bool {
+    JOB_PID[i].load(Ordering::Acquire) == *pid.get_or_insert_with(sys::proc::pid)
 }
 
 #[cfg(test)]
