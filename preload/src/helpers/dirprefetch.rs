@@ -78,7 +78,10 @@ const PROBERS: usize = 16;
 /// directory's 694 blocks lie in 357 extents over 5.4 MiB: with holes of up to 4 KiB read
 /// they take 184 reads, up to 16 KiB 16, up to 32 KiB 6 (of at most 1 MiB each). What a
 /// hole holds is read into the device's cache only: ext4 reads its own metadata there, and
-/// never a file's data, which has its own cache.
+/// never a file's data, which has its own cache (new metadata blocks it fills in memory,
+/// without a read). ext4's own readdir of an unindexed directory does as much: it reads
+/// ahead on the device from each block's place, with the file's readahead window, whatever
+/// the blocks after it hold (fs/ext4/dir.c, `page_cache_sync_readahead` on `bd_mapping`).
 const READ_HOLE: u64 = 32 * 1024;
 
 /// A probe stat slower than this means the inode came from the device.
