@@ -130,10 +130,11 @@ mod tests {
 
     #[test]
     fn a_written_file_has_its_blocks_placed() {
-        let dir = std::env::temp_dir().join(format!("blockdev-test-{}", std::process::id()));
-        std::fs::write(&dir, vec![7u8; 64 * 1024]).unwrap();
-        let f = std::fs::File::open(&dir).unwrap();
-        std::fs::File::open(&dir).unwrap().sync_all().unwrap();
+        let path = std::env::temp_dir().join(format!("blockdev-test-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 64 * 1024]).unwrap();
+        // Written back, so that its blocks are allocated (not delayed).
+        let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
         let mut out = Vec::new();
         use std::os::fd::AsRawFd;
         match extents(f.as_raw_fd(), &mut out) {
@@ -144,7 +145,7 @@ mod tests {
                 assert_eq!(out.iter().map(|e| e.len).sum::<u64>(), 64 * 1024, "{out:?}");
             }
         }
-        std::fs::remove_file(&dir).unwrap();
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

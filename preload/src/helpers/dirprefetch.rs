@@ -1517,10 +1517,9 @@ pub fn closing_range(lo: u32, hi: u32) {
         if !(within(key) || within(dup)) || !ours(i, &mut pid) {
             continue;
         }
-        if within(dup) {
-            JOB_DUP[i].store(0, Ordering::Release);
-        }
         if !within(key) {
+            // Only the dup goes.
+            JOB_DUP[i].store(0, Ordering::Release);
             continue;
         }
         // The stream goes; a duplicate still open takes its place as the job's key.
