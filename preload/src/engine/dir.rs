@@ -21,3 +21,16 @@ pub fn directory_opened(fd: i32) {
 pub fn directory_closing(fd: i32) {
     entry::inside((), || crate::dirprefetch::closing(fd))
 }
+
+/// Whether a stat through a directory fd may matter to a prefetch (one atomic load: a
+/// prefetch is registered).
+#[inline]
+pub fn watching_stats() -> bool {
+    crate::dirprefetch::registered()
+}
+
+/// After the program statted an entry other than a directory through the directory fd
+/// `dirfd` (fstatat).
+pub fn file_statted(dirfd: i32) {
+    entry::inside((), || crate::dirprefetch::statted(dirfd))
+}

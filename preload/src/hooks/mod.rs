@@ -44,6 +44,7 @@ mod fd;
 mod mmap;
 mod process;
 mod read;
+mod stat;
 mod stdio;
 mod write;
 
