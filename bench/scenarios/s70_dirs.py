@@ -59,6 +59,7 @@ def run(b):
         "ls -l": "ls -l {d}",
         "du -s": "du -s {d}",
         "find -printf": "find {d} -printf '%s\\n'",
+        "find -name": "find {d} -name nomatch",
         "python3 scandir+stat": "python3 -c 'import os,sys;s=[e.stat(follow_symlinks=False) for e in os.scandir(sys.argv[1])];"
                                 "print(len(s),sum(x.st_size for x in s))' {d}",
         "rsync -an": "rsync -an {d}/ /tmp/dropbehind-bench-rsync/",
@@ -101,8 +102,10 @@ def run(b):
     # fts (`du`, `find`) dups its directory stream's fd, reads the directory to its end,
     # closes the stream and stats every entry through the dup (gnulib fts, directories
     # under 100,000 entries; the ones above are read on in parts): a directory of the size
-    # most are, made on a fresh filesystem of the slow disk.
+    # most are, made on a fresh filesystem of the slow disk, with subdirectories, which
+    # `find -name` stats as it descends into them, and no file.
     small, small_cases = b.size(20_000, 5_000), []
+    subdirs, files = b.size(40, 10), b.size(300, 50)
     for fs in fss:
         sd = b.work / f"slow-small-{fs}"
         sh([SLOWDISK, "down", str(sd)], capture_output=True)
@@ -113,9 +116,13 @@ def run(b):
             continue
         d = f"{up.stdout.strip().splitlines()[-1]}/aged"
         sh(["python3", MAKE_DIRS, "aged", d, str(small)], check=True, capture_output=True)
+        for i in range(subdirs):
+            os.mkdir(f"{d}/sub{i}")
+            for j in range(files):
+                open(f"{d}/sub{i}/f{j}", "w").close()
         sh(["sync"])
         spans[f"{fs} {small}"] = inode_span(d)
-        for name in ("du -s", "find -printf"):
+        for name in ("du -s", "find -printf", "find -name"):
             case = f"{fs}, slow disk, {small} entries, {name}, cold"
             small_cases.append(case)
 
@@ -174,8 +181,10 @@ def run(b):
         b.table(f"{small}-entry aged directories: fts closes its stream before it stats", small_cases, conts,
                 [("seconds", "seconds", "{:.2f}"), ("inodes", "inodes prefetched", "{:.0f}")], ratio_of="seconds",
                 note=f"A fresh 1 GiB filesystem of the slow disk (as above), {small} entries made by scripts/make-dirs.py "
-                     "aged. `du` and `find` stat through a dup of the directory's fd after closing its stream; the "
-                     "prefetch goes on until the program has closed both.")
+                     f"aged, then {subdirs} subdirectories of {files} empty files each. `du` and `find` stat through a dup "
+                     "of the directory's fd after closing its stream; the prefetch goes on until the program has closed "
+                     "both, with only the subdirectories until the program stats a file through it (`find -name` stats "
+                     "none: it stats each subdirectory as it descends into it).")
     plt = b.pyplot()
     curve = {c.name: b.rows("xfs, slow disk, ls -l, cold, by threads", c.name) for c in conts[:1] + threads}
     if plt and threads and all(curve.values()):
