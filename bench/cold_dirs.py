@@ -38,6 +38,15 @@
                                               library's cold runs; with PREREAD_INODES=1
                                               every inode is made in the inode cache too
                                               (by file handle: no lookup, no dentry)
+  bench/cold_dirs.py compare DIR REPS CMD LIB...
+                                              cold runs of CMD (a shell command; `{d}` is
+                                              the directory, else it goes last) on DIR's
+                                              mounted directory (SUB=NAME: that one, else
+                                              aged), without the shim and with each LIB,
+                                              interleaved, REPS rounds, every output
+                                              compared with the first plain run's; per
+                                              contender the median seconds, their range
+                                              and the median requests
   bench/cold_dirs.py ratios FLOOR.json TIME.out
                                               each cold run of a `time` output (run with
                                               ROUND_DISK=1) against its round's floor: the
@@ -495,6 +504,26 @@ def timing(sd, reps, libs):
     OUT.unlink(missing_ok=True)
 
 
+def compare(sd, reps, cmd, libs):
+    d = mnt_of(sd) + "/" + os.environ.get("SUB", "aged")
+    cmd = cmd.format(d=d) if "{d}" in cmd else f"{cmd} {d}"
+    conts = [("no shim", None)] + [(Path(lib).name, lib) for lib in libs]
+    expect, rows = None, {}
+    for _ in range(reps):
+        for name, lib in conts:
+            cold(sd)
+            env = dict(os.environ, LD_PRELOAD=lib) if lib else dict(os.environ)
+            r0 = reads(sd)
+            secs, out, _ = run(cmd, env, expect)
+            expect = out if expect is None else expect
+            rows.setdefault(name, []).append((secs, reads(sd)[0] - r0[0]))
+    for name, v in rows.items():
+        print(json.dumps(dict(cmd=cmd, contender=name, seconds=round(statistics.median(x[0] for x in v), 3),
+                              range=[round(min(x[0] for x in v), 3), round(max(x[0] for x in v), 3)],
+                              requests=statistics.median(x[1] for x in v))))
+    OUT.unlink(missing_ok=True)
+
+
 def ratios(floor_file, time_file):
     fl = json.loads(Path(floor_file).read_text().strip().splitlines()[-1])
     rate, warm, cold_runs = {}, {}, []
@@ -590,6 +619,8 @@ def main():
         ratios(a[1], a[2])
     elif a[0] == "memory" and len(a) >= 4:
         memory(a[1], a[2], int(a[3]), a[4:])
+    elif a[0] == "compare" and len(a) >= 4:
+        compare(a[1], int(a[2]), a[3], a[4:])
     elif a[0] == "time" and len(a) >= 3:
         timing(a[1], int(a[2]), a[3:])
     else:

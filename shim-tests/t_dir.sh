@@ -261,7 +261,7 @@ fts_dup_check() { # DIR
     shimmed=$(($(awk '{ print $1 }' "$st") - n0))
     check "slow disk ext4: du, which stats through a dup of its closed stream, gets the prefetch ($shimmed requests, $plain without the shim), output identical" \
         '[ "$a" = "$b" ] && grep -q "still holds the directory" "$d/fts-dup.log" &&
-         grep -q "the program stats the entries through fd .*: the stats go on" "$d/fts-dup.log" &&
+         grep -q "the program uses the entries through fd .*: the stats go on" "$d/fts-dup.log" &&
          [ "$plain" -gt 0 ] && [ "$shimmed" -le $((plain / 2)) ]'
 }
 
@@ -283,7 +283,20 @@ find_name_check() { # DIR
          ! grep -q "the stats go on" "$d/find-name.log" && [ "$plain" -gt 0 ] && [ "$shimmed" -le $((plain * 2)) ]'
     cold; a=$(du -s "$1"); cold; b=$(DROPBEHIND_LOG=debug shim du -s "$1" 2>"$d/find-name-du.log")
     check "slow disk xfs: ... du there stats files through it and gets the rest, output identical" \
-        '[ "$a" = "$b" ] && grep -q "the program stats the entries through fd .*: the stats go on" "$d/find-name-du.log"'
+        '[ "$a" = "$b" ] && grep -q "the program uses the entries through fd .*: the stats go on" "$d/find-name-du.log"'
+}
+
+# `grep -r` opens the files through the dup and `rm -r` removes them: each uses a file
+# through it, and the prefetch goes on with every entry (removes the directory).
+fts_uses_check() { # DIR
+    local dir=$1 a ra b rb
+    cold; a=$(grep -r nomatch "$1"); ra=$?
+    cold; b=$(DROPBEHIND_LOG=debug shim grep -r nomatch "$1" 2>"$d/grep-r.log"); rb=$?
+    check "slow disk xfs: grep -r, which opens the files through fts's dup, gets every entry (exit $ra, shim $rb), output identical" \
+        '[ "$a" = "$b" ] && [ "$ra" = "$rb" ] && grep -q "the program uses the entries through fd .*: the stats go on" "$d/grep-r.log"'
+    cold; DROPBEHIND_LOG=debug shim rm -rf "$1" 2>"$d/rm-r.log"; rb=$?
+    check "slow disk xfs: rm -rf, which removes the files through fts's dup, gets every entry (exit $rb)" \
+        '[ "$rb" = 0 ] && [ ! -e "$dir" ] && grep -q "the program uses the entries through fd .*: the stats go on" "$d/rm-r.log"'
 }
 
 # ... but one that stops reading short of the end to stat what it read (fts reads at most
@@ -399,6 +412,7 @@ for i in range(20):
     for j in range(50): open(f"{sys.argv[1]}/sub{i}/f{j}", "w").close()' "$mnt2/tree"
             sync
             find_name_check "$mnt2/tree"
+            fts_uses_check "$mnt2/tree"
         else skip "slow disk xfs: find -name through a dup: needs root (a cold run)"; fi
     else
         skip "slow disk xfs: $(cat "$d/sd2.err")"

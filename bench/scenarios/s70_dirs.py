@@ -183,8 +183,8 @@ def run(b):
                 note=f"A fresh 1 GiB filesystem of the slow disk (as above), {small} entries made by scripts/make-dirs.py "
                      f"aged, then {subdirs} subdirectories of {files} empty files each. `du` and `find` stat through a dup "
                      "of the directory's fd after closing its stream; the prefetch goes on until the program has closed "
-                     "both, with only the subdirectories until the program stats a file through it (`find -name` stats "
-                     "none: it stats each subdirectory as it descends into it).")
+                     "both, with only the subdirectories until the program stats, opens or removes a file through it "
+                     "(`find -name` does none of these: it stats and opens each subdirectory as it descends into it).")
     plt = b.pyplot()
     curve = {c.name: b.rows("xfs, slow disk, ls -l, cold, by threads", c.name) for c in conts[:1] + threads}
     if plt and threads and all(curve.values()):

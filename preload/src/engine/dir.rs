@@ -22,15 +22,15 @@ pub fn directory_closing(fd: i32) {
     entry::inside((), || crate::dirprefetch::closing(fd))
 }
 
-/// Whether a stat through a directory fd may matter to a prefetch (one atomic load: a
-/// prefetch is registered).
+/// Whether what the program does with a directory's entries through its fd may matter to a
+/// prefetch (one atomic load: a prefetch is registered).
 #[inline]
-pub fn watching_stats() -> bool {
+pub fn watching_entries() -> bool {
     crate::dirprefetch::registered()
 }
 
-/// After the program statted an entry other than a directory through the directory fd
-/// `dirfd` (fstatat).
-pub fn file_statted(dirfd: i32) {
-    entry::inside((), || crate::dirprefetch::statted(dirfd))
+/// After the program statted, opened or removed an entry other than a directory through the
+/// directory fd `dirfd` (fstatat, openat, unlinkat).
+pub fn file_used(dirfd: i32) {
+    entry::inside((), || crate::dirprefetch::file_used(dirfd))
 }

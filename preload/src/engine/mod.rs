@@ -21,7 +21,7 @@ mod write;
 
 pub use close::{closing, closing_range, duplicated, forget, opened, opened_unseen};
 pub use copy::copy_len;
-pub use dir::{directory_closing, directory_opened, file_statted, watching_stats};
+pub use dir::{directory_closing, directory_opened, file_used, watching_entries};
 pub use files::dontcache_refused;
 pub use files::may_manage;
 pub use map::{Mapping, Pages, mapped, unmapped, unmapping};

@@ -164,15 +164,17 @@ atomic_enum! {
     enum Held in AtomicHeld(u32 as AtomicU32) {
         /// By its stream: the prefetch runs.
         Stream = 0,
-        /// Its stream is closed, a dup of its fd is still open, and nothing but directories
-        /// has been statted through either yet: only directories are statted, the rest is
+        /// Its stream is closed, a dup of its fd is still open, and no entry but directories
+        /// has been used through either yet: only directories are statted, the rest is
         /// held back (`Runs::held_back`). fts closes the stream once it has read it all;
-        /// `du` then stats every entry through the dup, `find -name` only each
-        /// subdirectory as it descends into it.
+        /// then `du` stats every entry through the dup, `rm -r` removes them, `grep -r`
+        /// opens them, and `find -name` only stats and opens each subdirectory as it
+        /// descends into it.
         DupOnly = 1,
-        /// The program has statted an entry other than a directory through the stream's fd
-        /// or its dup: the prefetch runs until it has closed both.
-        Statting = 2,
+        /// The program has statted, opened or removed an entry other than a directory
+        /// through the stream's fd or its dup (`file_used`): the prefetch runs until it has
+        /// closed both.
+        FilesUsed = 2,
     }
 }
 
@@ -440,7 +442,7 @@ impl Job {
         }
     }
 
-    /// Sleeps while the program holds the directory by its dup only and has statted no file
+    /// Sleeps while the program holds the directory by its dup only and has used no file
     /// through it (`Held::DupOnly`), until it does or the job stops. `find -name` reads the
     /// directory, closes the stream and descends into the subdirectories through the dup,
     /// statting no file: statting every entry there read inodes nobody asked for, and on a
@@ -688,7 +690,7 @@ impl Job {
                 }
                 return None;
             }
-            // The program's first stat of a file wakes no condvar (see `statted`).
+            // The program's first use of a file wakes no condvar (see `file_used`).
             let patience = if dirs_only { 10 } else { 50 };
             q = self
                 .ready
@@ -1673,7 +1675,7 @@ pub fn closing_range(lo: u32, hi: u32) {
             crate::debug!(
                 "directory prefetch: the stream is closed, fd {} still holds the directory: {}",
                 dup - 1,
-                if held == Held::Statting {
+                if held == Held::FilesUsed {
                     "the prefetch goes on"
                 } else {
                     "the stats wait for the program's first through it"
@@ -1702,10 +1704,11 @@ pub fn registered() -> bool {
     JOBS_LIVE.load(Ordering::Acquire) != 0
 }
 
-/// The program statted an entry other than a directory through `dirfd` (fstatat): where
-/// that is a job's stream or its dup, the program is statting what it listed, and the
-/// entries held back since the stream was closed are statted too (see `Held::DupOnly`).
-pub fn statted(dirfd: i32) {
+/// The program statted, opened or removed an entry other than a directory through `dirfd`
+/// (fstatat, openat, unlinkat): where that is a job's stream or its dup, the program is
+/// using what it listed, and the entries held back since the stream was closed are statted
+/// too (see `Held::DupOnly`).
+pub fn file_used(dirfd: i32) {
     if JOBS_LIVE.load(Ordering::Acquire) == 0 || dirfd < 0 {
         return;
     }
@@ -1713,14 +1716,14 @@ pub fn statted(dirfd: i32) {
     let mut pid = None;
     for i in 0..JOBS {
         if (JOB_FD[i].load(Ordering::Acquire) != key && JOB_DUP[i].load(Ordering::Acquire) != key)
-            || JOB_HELD[i].load(Ordering::Acquire) == Held::Statting
+            || JOB_HELD[i].load(Ordering::Acquire) == Held::FilesUsed
             || !ours(i, &mut pid)
         {
             continue;
         }
-        if JOB_HELD[i].swap(Held::Statting, Ordering::AcqRel) == Held::DupOnly {
+        if JOB_HELD[i].swap(Held::FilesUsed, Ordering::AcqRel) == Held::DupOnly {
             crate::debug!(
-                "directory prefetch: the program stats the entries through fd {dirfd}: the \
+                "directory prefetch: the program uses the entries through fd {dirfd}: the \
                  stats go on"
             );
             sys::thread::futex_wake_all(&JOB_HELD[i].0);

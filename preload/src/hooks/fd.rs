@@ -19,6 +19,15 @@ fn opened_with(fd: c_int, flags: c_int) -> c_int {
     fd
 }
 
+/// `opened_with`, for a file opened through the directory fd `dirfd`: one that is not asked
+/// to be a directory is an entry the program uses (see `hooks::entries`).
+fn opened_through(dirfd: c_int, fd: c_int, flags: c_int) -> c_int {
+    if fd >= 0 && flags & libc::O_DIRECTORY == 0 && engine::watching_entries() {
+        engine::file_used(dirfd);
+    }
+    opened_with(fd, flags)
+}
+
 macro_rules! open_hook {
     ($name:ident, $real:ident) => {
         #[unsafe(no_mangle)]
@@ -41,7 +50,7 @@ macro_rules! openat_hook {
             mode: mode_t,
         ) -> c_int {
             let fd = call_real!($real(dirfd, path, flags, mode) or syscall(libc::SYS_openat, dirfd, path, flags, mode));
-            opened_with(fd, flags)
+            opened_through(dirfd, fd, flags)
         }
     };
 }
@@ -78,7 +87,7 @@ macro_rules! openat2_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C-unwind" fn $name(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
             let fd = call_real!($real(dirfd, path, flags) or enosys);
-            opened_with(fd, flags)
+            opened_through(dirfd, fd, flags)
         }
     };
 }

@@ -40,11 +40,11 @@ macro_rules! real_calls {
 
 mod copy;
 mod dir;
+mod entries;
 mod fd;
 mod mmap;
 mod process;
 mod read;
-mod stat;
 mod stdio;
 mod write;
 
