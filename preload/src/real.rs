@@ -225,6 +225,7 @@ reals! {
     FSTATAT = c"fstatat": fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
     FSTATAT64 = c"fstatat64": fn(c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
     UNLINKAT = c"unlinkat": fn(c_int, *const c_char, c_int) -> c_int;
+    STATX = c"statx": fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
     MMAP = c"mmap": fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
     MMAP64 = c"mmap64": fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
     MUNMAP = c"munmap": fn(*mut c_void, size_t) -> c_int;

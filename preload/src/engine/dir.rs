@@ -23,14 +23,14 @@ pub fn directory_closing(fd: i32) {
 }
 
 /// Whether what the program does with a directory's entries through its fd may matter to a
-/// prefetch (one atomic load: a prefetch is registered).
+/// prefetch (one atomic load: one waits for the program's first use of a file).
 #[inline]
 pub fn watching_entries() -> bool {
-    crate::dirprefetch::registered()
+    crate::dirprefetch::watching_entries()
 }
 
 /// After the program statted, opened or removed an entry other than a directory through the
-/// directory fd `dirfd` (fstatat, openat, unlinkat).
+/// directory fd `dirfd` (fstatat, statx, openat, unlinkat).
 pub fn file_used(dirfd: i32) {
     entry::inside((), || crate::dirprefetch::file_used(dirfd))
 }

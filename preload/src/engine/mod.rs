@@ -164,7 +164,7 @@ fn contained_or<R>(fallback: R, f: impl FnOnce(&'static Engine) -> R) -> R {
 /// In the child after fork: no other thread survived, so no claim is really held.
 pub fn after_fork_child() {
     fdtable::release_all_claims();
-    crate::dirprefetch::reset_counters();
+    crate::dirprefetch::after_fork_child();
     crate::prefetch::after_fork_child();
     crate::mapwatch::after_fork_child();
     crate::writeback::after_fork_child();

@@ -250,6 +250,10 @@ struct Job {
     watching: AtomicBool,
     /// Its slot in the job table (`usize::MAX` until registered, or when the table was full).
     slot: AtomicUsize,
+    /// A worker waits for the program's first use of a file (`Job::wait_for_files`); the
+    /// others have left, and it starts them again (`respawn`) once that came.
+    waiter: AtomicBool,
+    respawn: AtomicBool,
 }
 
 /// An entry to stat.
@@ -314,17 +318,14 @@ impl Runs {
         (!dirs.is_empty()).then_some(dirs)
     }
 
-    fn holds_back(&self) -> bool {
-        self.held_back.iter().any(|h| !h.is_empty())
-    }
-
-    /// What was held back goes first, where it came from, now that the program stats the
+    /// What was held back goes first, where it came from, now that the program uses the
     /// entries.
     fn release_held_back(&mut self) {
         let [batches, rest] = std::mem::take(&mut self.held_back);
         for (to, runs) in [(&mut self.batches, batches), (&mut self.rest, rest)] {
             if !runs.is_empty() {
-                to.push((0, runs));
+                // First of the lowest position: `pop_lowest` takes the first it finds.
+                to.insert(0, (0, runs));
             }
         }
     }
@@ -443,12 +444,19 @@ impl Job {
     }
 
     /// Sleeps while the program holds the directory by its dup only and has used no file
-    /// through it (`Held::DupOnly`), until it does or the job stops. `find -name` reads the
+    /// through it (`Held::DupOnly`), until it does or the job stops. One worker waits, the
+    /// others leave: a program may hold such dups for long (fts keeps those of every
+    /// directory above the one it is in) and use no file, and waiting workers would count
+    /// against `MAX_WORKERS`. False for a worker that is to leave now; after a wait that
+    /// ended with the program using a file, `respawn` asks for the others again. `find -name` reads the
     /// directory, closes the stream and descends into the subdirectories through the dup,
     /// statting no file: statting every entry there read inodes nobody asked for, and on a
     /// cold xfs tree (20,000 entries, 40 subdirectories) took 0.67 s against 0.54 without
     /// the shim (bench/results/cold-dirs.md, "What going on after the closedir costs").
-    fn wait_for_stats(&self) {
+    fn wait_for_files(&self) -> bool {
+        if self.waiter.swap(true, Ordering::AcqRel) {
+            return false;
+        }
         let i = self.slot.load(Ordering::Acquire);
         // Rechecks now and then: a stop wakes the word, but the slot may be taken again.
         let patience = libc::timespec {
@@ -458,6 +466,11 @@ impl Job {
         while i < JOBS && !self.stopped() && self.held() == Held::DupOnly {
             sys::thread::futex_wait(&JOB_HELD[i].0, Held::DupOnly as u32, Some(&patience));
         }
+        if !self.stopped() && self.held() == Held::FilesUsed {
+            self.respawn.store(true, Ordering::Release);
+        }
+        self.waiter.store(false, Ordering::Release);
+        true
     }
 
     /// Sorts a batch of listed entries by inode and queues it in runs for the workers.
@@ -627,7 +640,9 @@ impl Job {
             // it here rather than leave xfs's rest to one worker (below) and go.
             if q.listing_done && dirs_only && !*rest && !q.held_back[0].is_empty() {
                 drop(q);
-                self.wait_for_stats();
+                if !self.wait_for_files() {
+                    return None;
+                }
                 q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 continue;
             }
@@ -669,9 +684,18 @@ impl Job {
                     }
                 }
             }
-            if q.listing_done && dirs_only && q.holds_back() {
+            // The rest is served only while the program has not listed it all.
+            let rest_held =
+                !q.held_back[1].is_empty() && !self.program_listed.load(Ordering::Relaxed);
+            if q.listing_done && dirs_only && (!q.held_back[0].is_empty() || rest_held) {
                 drop(q);
-                self.wait_for_stats();
+                if !self.wait_for_files() {
+                    if *rest {
+                        // Another takes the rest once the waiter starts the workers again.
+                        self.rest_takers.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    return None;
+                }
                 q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 continue;
             }
@@ -826,6 +850,8 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         was_paused: AtomicBool::new(false),
         watching: AtomicBool::new(false),
         slot: AtomicUsize::new(usize::MAX),
+        waiter: AtomicBool::new(false),
+        respawn: AtomicBool::new(false),
     });
     // The probe's batch is where the program starts reading: the workers take it first,
     // while the leader finds out how to split the listing (it lists these again: a second
@@ -959,7 +985,7 @@ fn yield_cpu_to_program(nice: bool) {
     }
 }
 
-fn work(job: &Job) {
+fn work(job: &Arc<Job>) {
     // Runs of neighbouring inodes per thread: threads taking one entry at a time all wait
     // on the same inode block, which keeps one read in flight instead of one per thread.
     let mut rest = false;
@@ -970,6 +996,13 @@ fn work(job: &Job) {
             return;
         };
         job.runs_taken.fetch_add(1, Ordering::Relaxed);
+        if job.respawn.swap(false, Ordering::AcqRel) {
+            for _ in 1..job.threads {
+                if job.stopped() || !spawn(job.clone(), job.threads, false) {
+                    break;
+                }
+            }
+        }
         for e in &run {
             if job.stopped() {
                 return;
@@ -1578,6 +1611,17 @@ static JOBS_LIVE: AtomicUsize = AtomicUsize::new(0);
 /// How the program holds each slot's directory; the workers of a job sleep on it (a futex
 /// word) while it reads `Held::DupOnly`.
 static JOB_HELD: [AtomicHeld; JOBS] = [const { AtomicHeld::new(Held::Stream) }; JOBS];
+/// The slots whose `JOB_HELD` reads `Held::DupOnly`, one bit each: a stat, open or unlink
+/// looks at the table only while one is set, and then only at those.
+static DUP_ONLY: AtomicU64 = AtomicU64::new(0);
+const _: () = assert!(JOBS <= 64, "DUP_ONLY has a bit per slot");
+
+/// Slot `i` is no longer `Held::DupOnly`: its bit goes, and its waiting worker wakes.
+fn leave_dup_only(i: usize, now: Held) {
+    JOB_HELD[i].store(now, Ordering::Release);
+    DUP_ONLY.fetch_and(!(1 << i), Ordering::AcqRel);
+    sys::thread::futex_wake_all(&JOB_HELD[i].0);
+}
 
 fn register(dirfd: i32, job: &Arc<Job>) {
     let raw = Arc::into_raw(job.clone()) as *mut Job;
@@ -1593,9 +1637,12 @@ fn register(dirfd: i32, job: &Arc<Job>) {
             )
             .is_ok()
         {
+            // Before the job learns its slot, so that its workers never read a state the
+            // slot's last job left.
+            JOB_HELD[i].store(Held::Stream, Ordering::Release);
+            DUP_ONLY.fetch_and(!(1 << i), Ordering::AcqRel);
             job.slot.store(i, Ordering::Release);
             JOB_DUP[i].store(0, Ordering::Release);
-            JOB_HELD[i].store(Held::Stream, Ordering::Release);
             JOB_PID[i].store(sys::proc::pid(), Ordering::Release);
             JOBS_LIVE.fetch_add(1, Ordering::AcqRel);
             JOB_FD[i].store(dirfd as usize + 1, Ordering::Release);
@@ -1611,7 +1658,26 @@ fn register(dirfd: i32, job: &Arc<Job>) {
 /// 200 ms) until no worker is left to make a syscall the sandbox might punish.
 pub fn shutdown() {
     STOP.store(true, Ordering::SeqCst);
+    for held in &JOB_HELD {
+        sys::thread::futex_wake_all(&held.0);
+    }
     super::wait_until_stopped(200, || WORKERS.load(Ordering::SeqCst) == 0);
+}
+
+/// In a forked child: the table is the parent's (its jobs' threads are not here), and a
+/// close, dup, stat or open would otherwise look through it for good.
+pub fn after_fork_child() {
+    reset_counters();
+    for i in 0..JOBS {
+        JOB_FD[i].store(0, Ordering::Relaxed);
+        JOB_DUP[i].store(0, Ordering::Relaxed);
+        JOB_PID[i].store(0, Ordering::Relaxed);
+        JOB_HELD[i].store(Held::Stream, Ordering::Relaxed);
+        // The parent's jobs are left to leak: their memory is only a copy here.
+        JOB_PTR[i].store(std::ptr::null_mut(), Ordering::Relaxed);
+    }
+    DUP_ONLY.store(0, Ordering::Relaxed);
+    JOBS_LIVE.store(0, Ordering::Release);
 }
 
 /// The program duplicated `old` as `new` (dup, dup2, dup3, F_DUPFD): where `old` is a
@@ -1669,7 +1735,10 @@ pub fn closing_range(lo: u32, hi: u32) {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => Held::DupOnly,
+                Ok(_) => {
+                    DUP_ONLY.fetch_or(1 << i, Ordering::AcqRel);
+                    Held::DupOnly
+                }
                 Err(held) => held,
             };
             crate::debug!(
@@ -1692,41 +1761,48 @@ pub fn closing_range(lo: u32, hi: u32) {
             let job = unsafe { Arc::from_raw(p) };
             job.cancel.store(true, Ordering::Relaxed);
             job.ready.notify_all();
-            JOB_HELD[i].store(Held::Stream, Ordering::Release);
-            sys::thread::futex_wake_all(&JOB_HELD[i].0);
+            // Unless another job took the slot meanwhile (`register` sets its state first).
+            if JOB_PTR[i].load(Ordering::Acquire).is_null() {
+                leave_dup_only(i, Held::Stream);
+            } else {
+                sys::thread::futex_wake_all(&JOB_HELD[i].0);
+            }
         }
     }
 }
 
-/// Whether some job is registered: only then may a close, dup, stat or open matter here.
+/// Whether some job waits for the program to use a file through its dup (`Held::DupOnly`):
+/// only then may a stat, an open or an unlink matter here.
 #[inline]
-pub fn registered() -> bool {
-    JOBS_LIVE.load(Ordering::Acquire) != 0
+pub fn watching_entries() -> bool {
+    DUP_ONLY.load(Ordering::Acquire) != 0
 }
 
 /// The program statted, opened or removed an entry other than a directory through `dirfd`
-/// (fstatat, openat, unlinkat): where that is a job's stream or its dup, the program is
+/// (fstatat, statx, openat, unlinkat): where that is a job's stream or its dup, the program is
 /// using what it listed, and the entries held back since the stream was closed are statted
 /// too (see `Held::DupOnly`).
 pub fn file_used(dirfd: i32) {
-    if JOBS_LIVE.load(Ordering::Acquire) == 0 || dirfd < 0 {
+    if dirfd < 0 {
         return;
     }
     let key = dirfd as usize + 1;
     let mut pid = None;
-    for i in 0..JOBS {
+    let mut waiting = DUP_ONLY.load(Ordering::Acquire);
+    while waiting != 0 {
+        let i = waiting.trailing_zeros() as usize;
+        waiting &= waiting - 1;
         if (JOB_FD[i].load(Ordering::Acquire) != key && JOB_DUP[i].load(Ordering::Acquire) != key)
-            || JOB_HELD[i].load(Ordering::Acquire) == Held::FilesUsed
             || !ours(i, &mut pid)
         {
             continue;
         }
-        if JOB_HELD[i].swap(Held::FilesUsed, Ordering::AcqRel) == Held::DupOnly {
+        if JOB_HELD[i].load(Ordering::Acquire) == Held::DupOnly {
             crate::debug!(
                 "directory prefetch: the program uses the entries through fd {dirfd}: the \
                  stats go on"
             );
-            sys::thread::futex_wake_all(&JOB_HELD[i].0);
+            leave_dup_only(i, Held::FilesUsed);
         }
     }
 }
@@ -1784,6 +1860,115 @@ mod tests {
         // Nothing held back: nothing queued.
         q.release_held_back();
         assert!(q.batches.is_empty() && q.rest.is_empty());
+    }
+
+    /// A job on `dir` with `entries` listed, as `opened` would make it for one thread.
+    fn test_job(dir: &std::fs::File, entries: Run) -> Arc<Job> {
+        use std::os::fd::AsRawFd;
+        let job = Arc::new(Job {
+            fd: own_dir_fd(dir.as_raw_fd()).unwrap(),
+            nice: false,
+            spare_fds: Mutex::new(Vec::new()),
+            kind: 0,
+            device: None,
+            read_chunk: 0,
+            threads: 1,
+            cancel: AtomicBool::new(false),
+            queue: Mutex::new(Runs::default()),
+            ready: Condvar::new(),
+            started: Instant::now(),
+            logged_end: AtomicBool::new(false),
+            xfs_walk: false,
+            listing_first: false,
+            runs_taken: AtomicUsize::new(0),
+            rest_takers: AtomicUsize::new(0),
+            inode_reads: AtomicInodeReads::new(InodeReads::Lookup),
+            walk_done: AtomicBool::new(true),
+            joined: AtomicUsize::new(0),
+            program_pos: None,
+            offsets_end: AtomicU64::new(0),
+            program_listed: AtomicBool::new(false),
+            program_at: AtomicU64::new(0),
+            program_moved_ms: AtomicU64::new(0),
+            first_batch_end: AtomicU64::new(u64::MAX),
+            probing: AtomicBool::new(false),
+            was_paused: AtomicBool::new(false),
+            watching: AtomicBool::new(false),
+            slot: AtomicUsize::new(usize::MAX),
+            waiter: AtomicBool::new(false),
+            respawn: AtomicBool::new(false),
+        });
+        job.queue(0, entries);
+        job.queue.lock().unwrap().listing_done = true;
+        job
+    }
+
+    /// fts's way: the stream's fd is dup'ed, the stream closed, the entries used through
+    /// the dup. (The table is global: this is its only test.)
+    #[test]
+    fn after_the_closedir_directories_until_a_file_is_used_through_the_dup() {
+        use std::os::fd::AsRawFd;
+        let inos = |r: Option<(Run, InodeReads)>| {
+            r.map(|(r, _)| r.iter().map(|e| e.ino).collect::<Vec<u64>>())
+        };
+        let dir = std::fs::File::open(std::env::temp_dir()).unwrap();
+        let dup = dir.try_clone().unwrap();
+        let (stream, dup) = (dir.as_raw_fd(), dup.as_raw_fd());
+        let job = test_job(
+            &dir,
+            vec![listed(1, false), listed(2, true), listed(3, false)],
+        );
+        register(stream, &job);
+        duplicated(stream, dup);
+        assert!(!watching_entries(), "the stream still holds it");
+        closing(stream);
+        assert!(watching_entries());
+        assert_eq!(job.held(), Held::DupOnly);
+        // Used through some other fd: nothing changes.
+        file_used(dup + 100);
+        assert_eq!(job.held(), Held::DupOnly);
+        let mut rest = false;
+        assert_eq!(inos(job.next_run(&mut rest, 0)), Some(vec![2]));
+        // Nothing left but what is held back: this worker waits for the program's first
+        // use of a file, another one asked meanwhile leaves.
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| inos(job.next_run(&mut false, 1)));
+            while !job.waiter.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            assert_eq!(inos(job.next_run(&mut false, 2)), None);
+            file_used(dup);
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            while !waiter.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let woke = waiter.is_finished();
+            if !woke {
+                closing(dup); // lets it go, to fail rather than hang
+            }
+            assert!(
+                woke,
+                "the program's first use of a file wakes the waiting worker"
+            );
+            assert_eq!(waiter.join().unwrap(), Some(vec![1, 3]));
+        });
+        assert_eq!(job.held(), Held::FilesUsed);
+        assert!(
+            job.respawn.load(Ordering::Acquire),
+            "the workers that left are asked for again"
+        );
+        assert!(!watching_entries());
+        // The dup closed: the job stops.
+        closing(dup);
+        assert!(job.stopped());
+        assert_eq!(inos(job.next_run(&mut rest, 0)), None);
+        assert!(!registered_job(&job));
+    }
+
+    fn registered_job(job: &Arc<Job>) -> bool {
+        JOB_PTR
+            .iter()
+            .any(|p| std::ptr::eq(p.load(Ordering::Acquire), Arc::as_ptr(job)))
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! fstatat and unlinkat: what a program does with the entries of a big directory it listed,
+//! fstatat, statx and unlinkat: what a program does with the entries of a big directory it listed,
 //! through the directory's fd. With openat (`fd.rs`), they decide whether the prefetch stats
 //! every entry once the program has closed the stream and holds only a dup of its fd (fts:
 //! `du` stats every entry, `rm -r` removes them, `grep -r` opens them; `find -name` only
@@ -27,6 +27,25 @@ macro_rules! fstatat_hook {
 }
 fstatat_hook!(fstatat, FSTATAT, libc::stat);
 fstatat_hook!(fstatat64, FSTATAT64, libc::stat64);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: libc::c_uint,
+    buf: *mut libc::statx,
+) -> c_int {
+    let r = call_real!(STATX(dirfd, path, flags, mask, buf) or syscall(libc::SYS_statx, dirfd, path, flags, mask, buf));
+    if r == 0 && engine::watching_entries() {
+        // SAFETY: the call succeeded, so `buf` is the struct the kernel filled.
+        let (mask, mode) = unsafe { ((*buf).stx_mask, u32::from((*buf).stx_mode)) };
+        if mask & libc::STATX_TYPE != 0 && mode & libc::S_IFMT != libc::S_IFDIR {
+            engine::file_used(dirfd);
+        }
+    }
+    r
+}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
