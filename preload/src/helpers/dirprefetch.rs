@@ -308,9 +308,13 @@ impl Runs {
         pop_lowest(&mut self.batches)
     }
 
-    /// `run`'s directories, the rest held back (see `Held::DupOnly`); None when it has none.
-    /// `from_rest`: the run came from `rest`.
-    fn dirs_of(&mut self, run: Run, from_rest: bool) -> Option<Run> {
+    /// What of `run` may be statted now: all of it, or with `dirs_only` its directories,
+    /// the rest held back (see `Held::DupOnly`); None when nothing. `from_rest`: the run
+    /// came from `rest`.
+    fn servable(&mut self, run: Run, dirs_only: bool, from_rest: bool) -> Option<Run> {
+        if !dirs_only {
+            return Some(run);
+        }
         let (dirs, others): (Run, Run) = run.into_iter().partition(|e| e.dir);
         if !others.is_empty() {
             self.held_back[usize::from(from_rest)].push_back(others);
@@ -608,7 +612,7 @@ impl Job {
             if self.stopped() {
                 return None;
             }
-            // Until the program stats a file through its dup, only directories: fts stats
+            // Until the program uses a file through its dup, only directories: fts stats
             // each subdirectory before it descends into it (see `Held::DupOnly`).
             let dirs_only = self.held() == Held::DupOnly;
             if !dirs_only {
@@ -627,16 +631,12 @@ impl Job {
             if self.stats_may_start(&q, may_read_now)
                 && let Some(r) = q.pop()
             {
-                match if dirs_only {
-                    q.dirs_of(r, false)
-                } else {
-                    Some(r)
-                } {
+                match q.servable(r, dirs_only, false) {
                     Some(r) => return Some((r, how)),
                     None => continue,
                 }
             }
-            // Nothing left but what waits for the program's first stat of a file: wait for
+            // Nothing left but what waits for the program's first use of a file: wait for
             // it here rather than leave xfs's rest to one worker (below) and go.
             if q.listing_done && dirs_only && !*rest && !q.held_back[0].is_empty() {
                 drop(q);
@@ -673,11 +673,7 @@ impl Job {
                         continue;
                     }
                     if let Some(r) = pop_lowest(&mut q.rest) {
-                        match if dirs_only {
-                            q.dirs_of(r, true)
-                        } else {
-                            Some(r)
-                        } {
+                        match q.servable(r, dirs_only, true) {
                             Some(r) => return Some((r, InodeReads::Lookup)),
                             None => continue,
                         }
@@ -1838,15 +1834,21 @@ mod tests {
     }
 
     #[test]
-    fn only_directories_until_the_program_stats_a_file_then_the_rest_first() {
+    fn only_directories_until_the_program_uses_a_file_then_the_rest_first() {
         let mut q = Runs::default();
         let run =
             |inos: &[(u64, bool)]| -> Run { inos.iter().map(|&(i, d)| listed(i, d)).collect() };
         let inos = |run: Option<Run>| run.map(|r| r.iter().map(|e| e.ino).collect::<Vec<u64>>());
-        let dirs = q.dirs_of(run(&[(3, false), (4, true), (5, false)]), false);
+        let dirs = q.servable(run(&[(3, false), (4, true), (5, false)]), true, false);
         assert_eq!(inos(dirs), Some(vec![4]));
-        assert_eq!(inos(q.dirs_of(run(&[(6, false), (7, false)]), false)), None);
-        assert_eq!(inos(q.dirs_of(run(&[(8, false)]), true)), None);
+        assert_eq!(
+            inos(q.servable(run(&[(6, false), (7, false)]), true, false)),
+            None
+        );
+        assert_eq!(inos(q.servable(run(&[(8, false)]), true, true)), None);
+        // Not dirs only: the run whole, nothing held back.
+        let all = q.servable(run(&[(9, false), (10, true)]), false, false);
+        assert_eq!(inos(all), Some(vec![9, 10]));
         q.batches.push((0, batch(&[100, 101])));
         q.release_held_back();
         q.sort_by_inode(RUN, 1);
