@@ -168,6 +168,10 @@ have_list_then_stat=
 if have cc && cc -O2 -w -o "$d/list_then_stat" "$ROOT/shim-tests/helpers/list_then_stat.c" 2>"$d/cc.err"; then
     have_list_then_stat=1
 fi
+have_dup_statx=
+if have cc && cc -O2 -w -o "$d/dup_statx" "$ROOT/shim-tests/helpers/dup_statx.c" 2>>"$d/cc.err"; then
+    have_dup_statx=1
+fi
 # lts_check LABEL PATTERN DIR [SECONDS [PART [US]]]: list_then_stat, run cold under the shim,
 # prints what it prints without it, and the prefetch's debug lines include PATTERN.
 lts_check() {
@@ -286,10 +290,16 @@ find_name_check() { # DIR
         '[ "$a" = "$b" ] && grep -q "the program uses the entries through fd .*: the stats go on" "$d/find-name-du.log"'
 }
 
-# `grep -r` opens the files through the dup and `rm -r` removes them: each uses a file
-# through it, and the prefetch goes on with every entry (removes the directory).
+# `grep -r` opens the files through the dup and `rm -r` removes them, a newer program may
+# statx them: each uses a file through it, and the prefetch goes on with every entry
+# (removes the directory).
 fts_uses_check() { # DIR
     local dir=$1 a ra b rb
+    if [ -n "$have_dup_statx" ]; then
+        cold; a=$("$d/dup_statx" "$dir"); cold; b=$(DROPBEHIND_LOG=debug shim "$d/dup_statx" "$dir" 2>"$d/dup-statx.log")
+        check "slow disk xfs: a program that statx()es the entries through fts's dup gets every entry ($b)" \
+            '[ "$a" = "$b" ] && grep -q "the program uses the entries through fd .*: the stats go on" "$d/dup-statx.log"'
+    else skip "slow disk xfs: statx through fts's dup: no C compiler"; fi
     cold; a=$(grep -r nomatch "$1"); ra=$?
     cold; b=$(DROPBEHIND_LOG=debug shim grep -r nomatch "$1" 2>"$d/grep-r.log"); rb=$?
     check "slow disk xfs: grep -r, which opens the files through fts's dup, gets every entry (exit $ra, shim $rb), output identical" \
