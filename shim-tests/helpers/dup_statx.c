@@ -10,12 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct ent { ino_t ino; char name[256]; };
-
-static int by_ino(const void *a, const void *b) {
-    ino_t x = ((const struct ent *)a)->ino, y = ((const struct ent *)b)->ino;
-    return x < y ? -1 : x > y;
-}
+#include "entries.h"
 
 int main(int argc, char **argv) {
     int fd = argc > 1 ? open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
