@@ -283,7 +283,7 @@ find_name_check() { # DIR
     b=$(DROPBEHIND_LOG=debug shim find "$1" -name nomatch 2>"$d/find-name.log")
     shimmed=$(($(awk '{ print $1 }' "$st") - n0))
     check "slow disk xfs: find -name, which stats no file through fts's dup, gets only the directories after the closedir ($shimmed requests, $plain without the shim), output identical" \
-        '[ "$a" = "$b" ] && grep -q "the stats wait for the program.s first through it" "$d/find-name.log" &&
+        '[ "$a" = "$b" ] && grep -q "only directories until the program uses a file through it" "$d/find-name.log" &&
          ! grep -q "the stats go on" "$d/find-name.log" && [ "$plain" -gt 0 ] && [ "$shimmed" -le $((plain * 2)) ]'
     cold; a=$(du -s "$1"); cold; b=$(DROPBEHIND_LOG=debug shim du -s "$1" 2>"$d/find-name-du.log")
     check "slow disk xfs: ... du there stats files through it and gets the rest, output identical" \

@@ -45,9 +45,10 @@ impl Range {
 
 /// Reads that cover `pieces` (device ranges, in any order): sorted, overlaps always joined
 /// (no byte is asked for twice), and two pieces read as one where the hole between them is
-/// at most `max_gap` bytes and the read stays within `max_len` (at least the piece itself). Fewer, larger requests for a
-/// directory's scattered blocks: on a disk that charges each request, as a spinning one does
-/// and the slow-disk fixture does, they cost one request each, not one per piece.
+/// at most `max_gap` bytes and the read stays within `max_len` (at least the piece itself).
+/// Fewer, larger requests for a directory's scattered blocks: on a disk that charges each
+/// request, as a spinning one does and the slow-disk fixture does, they cost one request
+/// each, not one per piece.
 pub fn coalesce(mut pieces: Vec<Range>, max_gap: u64, max_len: u64) -> Vec<Range> {
     pieces.retain(|r| !r.is_empty());
     pieces.sort_by_key(|r| r.start);

@@ -448,15 +448,15 @@ impl Job {
     }
 
     /// Sleeps while the program holds the directory by its dup only and has used no file
-    /// through it (`Held::DupOnly`), until it does or the job stops. One worker waits, the
-    /// others leave: a program may hold such dups for long (fts keeps those of every
-    /// directory above the one it is in) and use no file, and waiting workers would count
-    /// against `MAX_WORKERS`. False for a worker that is to leave now; after a wait that
-    /// ended with the program using a file, `respawn` asks for the others again. `find -name` reads the
+    /// through it (`Held::DupOnly`), until it does or the job stops. `find -name` reads the
     /// directory, closes the stream and descends into the subdirectories through the dup,
-    /// statting no file: statting every entry there read inodes nobody asked for, and on a
+    /// using no file: statting every entry there read inodes nobody asked for, and on a
     /// cold xfs tree (20,000 entries, 40 subdirectories) took 0.67 s against 0.54 without
     /// the shim (bench/results/cold-dirs.md, "What going on after the closedir costs").
+    /// One worker waits, the others leave: a program may hold such dups for long (fts keeps
+    /// those of every directory above the one it is in), and waiting workers would count
+    /// against `MAX_WORKERS`. False for a worker that is to leave now; after a wait that
+    /// ended with the program using a file, `respawn` asks for the others again.
     fn wait_for_files(&self) -> bool {
         if self.waiter.swap(true, Ordering::AcqRel) {
             return false;
@@ -1612,9 +1612,9 @@ static JOB_HELD: [AtomicHeld; JOBS] = [const { AtomicHeld::new(Held::Stream) }; 
 static DUP_ONLY: AtomicU64 = AtomicU64::new(0);
 const _: () = assert!(JOBS <= 64, "DUP_ONLY has a bit per slot");
 
-/// Slot `i` is no longer `Held::DupOnly`: its bit goes, and its waiting worker wakes.
-fn leave_dup_only(i: usize, now: Held) {
-    JOB_HELD[i].store(now, Ordering::Release);
+/// Slot `i` has left `Held::DupOnly` (the caller set its new state): its bit goes, and its
+/// waiting worker wakes.
+fn left_dup_only(i: usize) {
     DUP_ONLY.fetch_and(!(1 << i), Ordering::AcqRel);
     sys::thread::futex_wake_all(&JOB_HELD[i].0);
 }
@@ -1743,7 +1743,7 @@ pub fn closing_range(lo: u32, hi: u32) {
                 if held == Held::FilesUsed {
                     "the prefetch goes on"
                 } else {
-                    "the stats wait for the program's first through it"
+                    "only directories until the program uses a file through it"
                 }
             );
             continue;
@@ -1759,7 +1759,8 @@ pub fn closing_range(lo: u32, hi: u32) {
             job.ready.notify_all();
             // Unless another job took the slot meanwhile (`register` sets its state first).
             if JOB_PTR[i].load(Ordering::Acquire).is_null() {
-                leave_dup_only(i, Held::Stream);
+                JOB_HELD[i].store(Held::Stream, Ordering::Release);
+                left_dup_only(i);
             } else {
                 sys::thread::futex_wake_all(&JOB_HELD[i].0);
             }
@@ -1793,12 +1794,20 @@ pub fn file_used(dirfd: i32) {
         {
             continue;
         }
-        if JOB_HELD[i].load(Ordering::Acquire) == Held::DupOnly {
+        if JOB_HELD[i]
+            .compare_exchange(
+                Held::DupOnly,
+                Held::FilesUsed,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
             crate::debug!(
                 "directory prefetch: the program uses the entries through fd {dirfd}: the \
                  stats go on"
             );
-            leave_dup_only(i, Held::FilesUsed);
+            left_dup_only(i);
         }
     }
 }

@@ -1,8 +1,8 @@
-//! fstatat, statx and unlinkat: what a program does with the entries of a big directory it listed,
-//! through the directory's fd. With openat (`fd.rs`), they decide whether the prefetch stats
-//! every entry once the program has closed the stream and holds only a dup of its fd (fts:
-//! `du` stats every entry, `rm -r` removes them, `grep -r` opens them; `find -name` only
-//! descends into the subdirectories).
+//! fstatat, statx and unlinkat: what a program does with the entries of a big directory it
+//! listed, through the directory's fd. With openat (`fd.rs`), they decide whether the
+//! prefetch stats every entry once the program has closed the stream and holds only a dup of
+//! its fd (fts: `du` stats every entry, `rm -r` removes them, `grep -r` opens them; `find
+//! -name` only descends into the subdirectories).
 
 use crate::engine;
 use libc::{c_char, c_int};
