@@ -26,7 +26,12 @@ def run(b):
     # guest's first touch of a page can fault at the host too (free page reporting,
     # bench/results/vm-memory.md), and on some days that alone takes milliseconds.
     alone = Contender("burst alone, no writers")
-    conts.append(alone)
+    # And what the CPU scheduler alone gives it: three busy processes that write nothing
+    # (dd from /dev/zero to /dev/null, stopped after the burst). With three runnable
+    # writers on two CPUs, the burst waits out their time slices (HZ=250 here) whatever
+    # they write, bench/results/vm-memory.md.
+    hogs = Contender("burst beside three CPU hogs, no writes")
+    conts += [alone, hogs]
     hists = {}
 
     def one(case, c):
@@ -36,21 +41,28 @@ def run(b):
         before = vmstat()
         with Cgroup(limit * MIB) as cg:
             t0 = time.monotonic()
-            writers = [] if c is alone else [cg.popen(c.wrap(case, ["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={writer_mib}", "status=none"]),
-                                env=c.env, stdout=DEVNULL, stderr=PIPE) for f in files]
+            if c is hogs:
+                cmds = [["dd", "if=/dev/zero", "of=/dev/null", "bs=1M", "status=none"] for _ in files]
+            else:
+                cmds = [] if c is alone else [c.wrap(case, ["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={writer_mib}", "status=none"])
+                                              for f in files]
+            writers = [cg.popen(cmd, env=c.env, stdout=DEVNULL, stderr=PIPE) for cmd in cmds]
             try:
                 time.sleep(3)
                 fails0 = cg.read("memory.failcnt")
                 _, out = cg.run([str(EXAMPLES / "alloc_burst"), str(burst)], stdout=PIPE)
                 fails = cg.read("memory.failcnt") - fails0
             finally:
+                if c is hogs:  # they never end on their own
+                    for w in writers:
+                        w.terminate()
                 ends = [(w.wait(), w.stderr.read()) for w in writers]
             done = time.monotonic() - t0
             subprocess.run(["sync"], check=True)
             on_disk = time.monotonic() - t0
-        for code, err in ends:
+        for code, err in ends if c is not hogs else []:
             check_exit(code, err)
-        for f in files if writers else []:
+        for f in files if c not in (alone, hogs) else []:
             if f.stat().st_size != writer_mib * MIB:
                 raise Failed(f"{f.name} has {f.stat().st_size} bytes, not {writer_mib} MiB")
         after = vmstat()
@@ -62,7 +74,7 @@ def run(b):
             f.unlink(missing_ok=True)
         m = dict(worst_ms=res["worst_us"] / 1000, p99_us=res["p99_us"], failcnt=fails, allocstall=stalls,
                  pgscan_direct=direct)
-        return m if c is alone else dict(m, seconds=done, seconds_sync=on_disk)
+        return m if c in (alone, hogs) else dict(m, seconds=done, seconds_sync=on_disk)
 
     case = f"3 x dd of {writer_mib} MiB, {burst} MiB burst"
     b.interleave([case], conts, b.size(5, 1), one)
@@ -77,12 +89,14 @@ def run(b):
         note="The writers run under each contender (the RWF_DONTCACHE reference writes the same zeros with "
              "pwritev2(RWF_DONTCACHE), 1 MiB at a time, no shim); the burst program always runs plain. "
              "Seconds count from the writers' start to their end, and to the end of a `sync` after them. "
-             "The last row runs the burst with no writer beside it, in the same rounds: what this machine "
-             "gives a first touch at all on this day.",
+             "The last two rows run the burst with no writer beside it, and beside three processes that only "
+             "use the CPU, in the same rounds: what this machine gives a first touch at all on this day, and "
+             "what the scheduler alone gives it with three busy tasks on its two CPUs.",
     )
     worst = {c.name: statistics.median(r["worst_ms"] for r in b.rows(case, c.name)) for c in conts if b.rows(case, c.name)}
     if "no shim" in worst and "dropbehind" in worst:
-        floor = f"; the burst alone {worst[alone.name]:.2f} ms" if alone.name in worst else ""
+        floor = "".join(f"; {what} {worst[c.name]:.2f} ms" for c, what in
+                        ((alone, "the burst alone"), (hogs, "beside three CPU hogs")) if c.name in worst)
         b.text(f"Worst first-touch latency, medians: dropbehind {worst['dropbehind']:.2f} ms against no shim's "
                f"{worst['no shim']:.2f} ({worst['no shim'] / worst['dropbehind']:.1f} times less){floor}.\n")
     plt = b.pyplot()
