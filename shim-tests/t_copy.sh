@@ -114,3 +114,39 @@ for t in os.listdir("/proc/self/task"):
 print(n)' "$d/out")
 check "a slow writer's 32 windows: the writeback helper switched out at most 128 times ($switches)" \
     '[ "$switches" -ge 1 ] && [ "$switches" -le 128 ]'
+
+# The writeback helper gives way to other work: it runs at nice 10 (or at the program's
+# own, if that is lower), and never changes the program's; under a seccomp filter it keeps
+# the program's priority, since a filter may kill the process for setpriority
+# (writeback.rs, `HELPER_NICE`).
+wb_nice='import os, sys
+own = os.getpriority(os.PRIO_PROCESS, 0)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+chunk = b"x" * (1 << 20)
+seen = set()
+for _ in range(64):
+    os.write(fd, chunk)
+    for t in os.listdir("/proc/self/task"):
+        try:
+            if open(f"/proc/self/task/{t}/comm").read().strip() == "dropbehind-wb":
+                seen.add(open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[16])
+        except OSError:
+            pass
+os.close(fd)
+print(own, os.getpriority(os.PRIO_PROCESS, 0), ",".join(sorted(seen)))'
+rm -f "$d/out"
+a=$(python3 -c "$wb_nice" "$d/out"); b=$(shim python3 -c "$wb_nice" "$d/out")
+base=${a%% *}; want=$((base > 10 ? base : 10))
+check "writeback helper at nice $want, the program's own priority untouched ($a / $b)" \
+    '[ "$a" = "$base $base " ] && [ "$b" = "$base $base $want" ]'
+low=$((base + 15 > 19 ? 19 : base + 15))
+b=$(nice -n 15 "${SHIM[@]}" python3 -c "$wb_nice" "$d/out")
+check "a program at nice $low: its writeback helper stays at $low ($b)" [ "$b" = "$low $low $low" ]
+if have cc && cc -O2 -w -o "$d/seccomp_exec" "$ROOT/shim-tests/helpers/seccomp_exec.c" 2>"$d/cc.err"; then
+    b=$(shim "$d/seccomp_exec" python3 -c "$wb_nice" "$d/out" 2>&1)
+    check "under a seccomp filter that kills on setpriority: the writer ends well, its helper at the program's priority ($b)" \
+        [ "$b" = "$base $base $base" ]
+else
+    skip "writeback helper under a seccomp filter: no C compiler ($(head -c 200 "$d/cc.err"))"
+fi
+rm -f "$d/out"

@@ -1,6 +1,7 @@
 /* Runs a command already under a seccomp filter: PR_SET_NO_NEW_PRIVS, then a filter that
- * kills the process on xfs's single-inode bulkstat ioctl (a call the shim makes only for
- * itself) and allows everything else; then execs the command, which keeps the filter.
+ * kills the process on xfs's single-inode bulkstat ioctl and on setpriority (calls the
+ * shim makes only for itself) and allows everything else; then execs the command, which
+ * keeps the filter.
  * A service sandboxed before it starts looks like this. Usage: seccomp_exec CMD [ARG...]. */
 #define _GNU_SOURCE
 #include <linux/filter.h>
@@ -18,6 +19,7 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: seccomp_exec CMD [ARG...]\n"); return 2; }
     struct sock_filter f[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setpriority, 4, 0),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 2),
         /* The request's low 32 bits (x86-64 is little-endian). */
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),

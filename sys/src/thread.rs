@@ -91,8 +91,16 @@ pub fn yield_now() {
     let _ = cvt(|| unsafe { libc::syscall(libc::SYS_sched_yield) });
 }
 
-/// Lowers the calling thread to nice `nice` (Linux: PRIO_PROCESS with 0 names the thread).
-pub fn set_own_nice(nice: i32) -> Result<(), Errno> {
+/// Lowers the calling thread to nice `nice`, never raising it: a thread already at `nice`
+/// or lower in priority is left as it is (Linux: PRIO_PROCESS with 0 names the thread).
+pub fn lower_own_nice(nice: i32) -> Result<(), Errno> {
+    // SAFETY: kernel-checked: integers only. The raw call returns 20 - nice (1..=40), so
+    // that no nice value reads as the error -1.
+    let now =
+        20 - cvt(|| unsafe { libc::syscall(libc::SYS_getpriority, libc::PRIO_PROCESS, 0) })? as i32;
+    if now >= nice {
+        return Ok(());
+    }
     // SAFETY: kernel-checked: integers only.
     cvt(|| unsafe { libc::syscall(libc::SYS_setpriority, libc::PRIO_PROCESS, 0, nice) })?;
     Ok(())

@@ -977,7 +977,7 @@ fn spawn(job: Arc<Job>, threads: usize, leader: bool) -> bool {
 /// `nice`: neither (`Job::nice`, decided on the program's thread).
 fn yield_cpu_to_program(nice: bool) {
     if nice {
-        let _ = sys::thread::set_own_nice(19);
+        let _ = sys::thread::lower_own_nice(19);
     }
 }
 
