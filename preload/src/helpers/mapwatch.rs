@@ -14,7 +14,7 @@
 //! range that was unmapped or remapped under us. Every fd here is the shim's own (a
 //! reopening of the mapped file, close-on-exec, numbered high).
 
-use super::Helper;
+use super::{Helper, Priority};
 use crate::config::MIB;
 use crate::policy::{MapClass, MapSample, MapScan, PAGE, Params, Proof, Range};
 use crate::sys::cache::cachestat;
@@ -378,7 +378,7 @@ fn drop_mapped(d: &mut MapData, proof: &Proof, r: Range, mapped: bool) {
 // ---------------------------------------------------------------------------------------
 // The watcher thread
 
-static HELPER: Helper = Helper::new("dropbehind-map", 128 * 1024);
+static HELPER: Helper = Helper::new("dropbehind-map", 128 * 1024, Priority::Program);
 static PAGEMAP_FD: AtomicI32 = AtomicI32::new(-1);
 /// /proc/self/stat, read by the watcher to count the process's threads.
 static STAT_FD: AtomicI32 = AtomicI32::new(-1);

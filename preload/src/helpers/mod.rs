@@ -2,7 +2,7 @@
 //! at the first work it gets; runs with every signal blocked and no fd the program
 //! knows about; goes when idle (a thread would keep alive a process whose main thread
 //! called pthread_exit); stops, and is waited for, before the program sandboxes itself; and
-//! does not exist in a forked child.
+//! does not exist in a forked child; runs at the program's priority or below it (`Priority`).
 //!
 //! - `prefetch`: readahead ahead of sequential read streams;
 //! - `mapwatch`: samples big file mappings;
@@ -32,6 +32,18 @@ atomic_enum! {
 /// A thread name's longest (the kernel keeps 15 bytes).
 const NAME_MAX: usize = 15;
 
+/// The CPU priority a helper thread runs at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// The program's.
+    Program,
+    /// This nice value, or the program's if that is lower already; the program's under a
+    /// seccomp filter, which a service hardened against `setpriority` (systemd's
+    /// `~@resources`) would be killed by. Decided by the thread that starts the helper,
+    /// whose filter the helper inherits.
+    Nice(i32),
+}
+
 /// One helper thread's lifecycle.
 pub struct Helper {
     /// The thread's name, in place: a pointer in this static would be relocated at every
@@ -39,6 +51,7 @@ pub struct Helper {
     name: [u8; NAME_MAX],
     name_len: u8,
     stack: usize,
+    priority: Priority,
     run: AtomicRun,
     /// Bumped by every wake-up: the futex the thread sleeps on.
     wake: AtomicU32,
@@ -49,11 +62,12 @@ pub struct Helper {
 }
 
 impl Helper {
-    pub const fn new(name: &'static str, stack: usize) -> Helper {
+    pub const fn new(name: &'static str, stack: usize, priority: Priority) -> Helper {
         Helper {
             name: crate::inline_name(name.as_bytes()),
             name_len: name.len() as u8,
             stack,
+            priority,
             run: AtomicRun::new(Run::NotStarted),
             wake: AtomicU32::new(0),
             stop: AtomicBool::new(false),
@@ -74,7 +88,16 @@ impl Helper {
         self.live.fetch_add(1, SeqCst);
         let name =
             std::str::from_utf8(&self.name[..self.name_len as usize]).unwrap_or("dropbehind");
+        // Read here, on the starting thread: the helper must not open an fd the program
+        // could be given next.
+        let nice = match self.priority {
+            Priority::Nice(n) if !crate::sys::proc::seccomp_filtered() => Some(n),
+            _ => None,
+        };
         let started = thread::spawn_detached(name, self.stack, move || {
+            if let Some(n) = nice {
+                let _ = thread::lower_own_nice(n);
+            }
             // A panic ends the thread's work, not its count: the helper is then given up.
             if std::panic::catch_unwind(body).is_err() {
                 self.run.store(Run::Failed, Release);

@@ -6,8 +6,8 @@
 //! only when it sleeps. The thread is started at the first request, blocks every signal,
 //! holds no fd of its own, and is simply gone at exit or in a forked child.
 
-use super::Helper;
 use super::queue::{Empty, Queue};
+use super::{Helper, Priority};
 use crate::policy::Range;
 use crate::sys::thread::Woken;
 use crate::{stats, sys};
@@ -46,7 +46,7 @@ static QUEUE_: Queue<Request, QUEUE> = Queue::new();
 // ---------------------------------------------------------------------------------------
 // The helper thread
 
-static HELPER: Helper = Helper::new("dropbehind-ra", 64 * 1024);
+static HELPER: Helper = Helper::new("dropbehind-ra", 64 * 1024, Priority::Program);
 /// Set while the thread is about to sleep: a request then wakes it.
 static SLEEPING: AtomicBool = AtomicBool::new(false);
 /// An idle thread leaves after this long.

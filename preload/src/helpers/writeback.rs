@@ -19,15 +19,13 @@
 //! more than `BOUND_WINDOWS` windows; at exit it waits for the rest. Whatever the helper
 //! can't take (a full queue, no thread, a sandbox coming) the caller does itself, as before.
 
-use super::Helper;
 use super::queue::{Empty, Queue};
+use super::{Helper, Priority};
 use crate::policy::Range;
 use crate::sys::cache::Settled;
 use crate::sys::thread::{self, Woken};
 use crate::{stats, sys};
-use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Proven runs one job may drop; a window with more takes the synchronous path.
@@ -192,22 +190,8 @@ impl Job {
     }
 }
 
-atomic_enum! {
-    /// The priority the helper thread takes when it starts.
-    enum Priority in AtomicPriority(u8 as AtomicU8) {
-        /// The program's: under a seccomp filter, which a service hardened against
-        /// `setpriority` (systemd's `~@resources`) would be killed by.
-        Program = 0,
-        /// `HELPER_NICE`, or the program's if that is lower already.
-        Lowered = 1,
-    }
-}
-
-/// Decided on the program's thread before the helper starts: the seccomp check reads
-/// /proc/thread-self/status, whose fd a helper thread must not take from the program.
-static PRIORITY: AtomicPriority = AtomicPriority::new(Priority::Program);
 static QUEUE_: Queue<Job, JOBS> = Queue::new();
-static HELPER: Helper = Helper::new("dropbehind-wb", 64 * 1024);
+static HELPER: Helper = Helper::new("dropbehind-wb", 64 * 1024, Priority::Nice(HELPER_NICE));
 static SLEEPING: AtomicBool = AtomicBool::new(false);
 /// Jobs handed over and not done, and how many of them hold an fd of the shim's own.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
@@ -262,18 +246,6 @@ pub fn hand_over(mut job: Job) -> bool {
     if !QUEUE_.push(job) {
         undo(&job);
         return false;
-    }
-    if !HELPER.running() {
-        // A thread about to start inherits the calling thread's filter, if any.
-        let filtered = sys::proc::seccomp_filtered();
-        PRIORITY.store(
-            if filtered {
-                Priority::Program
-            } else {
-                Priority::Lowered
-            },
-            Ordering::Release,
-        );
     }
     if !HELPER.start(run) {
         HELPER.wake(SLEEPING.load(Ordering::SeqCst));
@@ -386,9 +358,6 @@ fn close_if_own(j: &Job) {
 }
 
 fn run() {
-    if PRIORITY.load(Ordering::Acquire) == Priority::Lowered {
-        let _ = thread::lower_own_nice(HELPER_NICE);
-    }
     let mut batch = [Job::EMPTY; JOBS];
     let mut idle = Idle::Short;
     while !HELPER.stopping() {
