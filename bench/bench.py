@@ -11,6 +11,7 @@ results (NAME.json) and their report (NAME.md, made by bench/report.py) and PNG 
 A scenario module defines TITLE, ORDER (sort key) and run(b), where b is the Bench below.
 """
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -96,6 +97,29 @@ def free_page_reporting():
 
 
 FREE_PAGE_REPORTING = free_page_reporting()
+REPORTING_DELAY = Path("/sys/module/page_reporting/parameters/min_free_ms")
+
+
+@contextlib.contextmanager
+def reporting_held_back():
+    """Free memory reported to the host only after it has been free 100 s (the longest
+    this kernel's page_reporting.min_free_ms takes), restored after: while a scenario runs,
+    a page its program frees is not handed back and faulted in again by the host a few
+    seconds later. For a scenario that times single first touches, each of which can take
+    such a host fault (s50: single rounds of 19-29 ms for every bounded writer without
+    this, none with it; bench/results/vm-memory.md). Nothing where the machine reports no
+    free pages or its kernel has no such parameter; yields whether it held them back."""
+    try:
+        before = REPORTING_DELAY.read_text().strip() if FREE_PAGE_REPORTING else None
+        if before is not None:
+            REPORTING_DELAY.write_text("100000\n")
+    except OSError:
+        before = None
+    try:
+        yield before is not None
+    finally:
+        if before is not None:
+            REPORTING_DELAY.write_text(before + "\n")
 
 
 def tail(err):
