@@ -106,8 +106,8 @@ def reporting_held_back():
     this kernel's page_reporting.min_free_ms takes), restored after: while a scenario runs,
     a page its program frees is not handed back and faulted in again by the host a few
     seconds later. For a scenario that times single first touches, each of which can take
-    such a host fault (s50: single rounds of 19-29 ms for every bounded writer without
-    this, none with it; bench/results/vm-memory.md). Nothing where the machine reports no
+    such a host fault (s50's shimmed rounds over 15 ms: 5 of 28 without this, 1 of 15 with
+    it; bench/results/vm-memory.md). Nothing where the machine reports no
     free pages or its kernel has no such parameter; yields whether it held them back."""
     try:
         before = REPORTING_DELAY.read_text().strip() if FREE_PAGE_REPORTING else None
