@@ -95,7 +95,7 @@ def run(b):
              "use the CPU, in the same rounds: what this machine gives a first touch at all on this day, and "
              "what the scheduler alone gives it with three busy tasks on its two CPUs."
              + (" While it ran, memory freed was reported to the host only after 100 s (page_reporting.min_free_ms), "
-                "so that no first touch waited for the host to fault a page in again." if held else ""),
+                "so that fewer first touches wait for the host to fault a page in again." if held else ""),
     )
     worst = {c.name: statistics.median(r["worst_ms"] for r in b.rows(case, c.name)) for c in conts if b.rows(case, c.name)}
     if "no shim" in worst and "dropbehind" in worst:
