@@ -42,11 +42,13 @@ def run(b):
         before = vmstat()
         with Cgroup(limit * MIB) as cg:
             t0 = time.monotonic()
-            if c is hogs:
+            if c is alone:
+                cmds = []
+            elif c is hogs:
                 cmds = [["dd", "if=/dev/zero", "of=/dev/null", "bs=1M", "status=none"] for _ in files]
             else:
-                cmds = [] if c is alone else [c.wrap(case, ["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={writer_mib}", "status=none"])
-                                              for f in files]
+                cmds = [c.wrap(case, ["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={writer_mib}", "status=none"])
+                        for f in files]
             writers = [cg.popen(cmd, env=c.env, stdout=DEVNULL, stderr=PIPE) for cmd in cmds]
             try:
                 time.sleep(3)
