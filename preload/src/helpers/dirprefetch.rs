@@ -158,6 +158,21 @@ atomic_enum! {
     }
 }
 
+/// btrfs on several threads: how the directory's index numbers are found and listed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum BtrfsListing {
+    /// Probes and listers each seek an fd of their own, then getdents: btrfs's lseek on a
+    /// directory takes the directory's lock exclusively, so the seeks wait for every
+    /// getdents and lookup in flight, the program's too (see `SeeksFirst`).
+    Seeks,
+    /// By tree search of the directory's index items (`sys::dir::btrfs_dir_index`,
+    /// CAP_SYS_ADMIN): no seek and no directory lock, so the probes, the listers, the
+    /// workers' lookups and the program's own readdir all go on at once. The 100k
+    /// directory aged less on the slow disk: the end found after 90-120 ms by seeks, most
+    /// of it waiting for the lock (bench/results/cold-dirs.md, "btrfs: by tree search").
+    TreeSearch,
+}
+
 atomic_enum! {
     /// How the program holds a prefetched directory (one per slot of the job table, where a
     /// close, a dup or a stat looks it up by fd).
@@ -244,6 +259,8 @@ struct Job {
     first_batch_end: AtomicU64,
     /// btrfs: the index probes are running (see `btrfs_index_end`): the workers wait.
     probing: AtomicBool,
+    /// btrfs: how the index is probed and listed.
+    btrfs_listing: BtrfsListing,
     /// The program was found paused at least once (see `Job::note_pause`).
     was_paused: AtomicBool,
     /// A worker is looking at the program's position now.
@@ -786,6 +803,16 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
             "directory prefetch: xfs on a slow device: inode clusters read by {inode_reads:?}"
         );
     }
+    // The same rule as bulkstat's: an ioctl, and CAP_SYS_ADMIN.
+    let btrfs_listing = if kind == BTRFS_SUPER_MAGIC
+        && threads > 1
+        && sys::proc::has_effective_cap(sys::proc::CAP_SYS_ADMIN)
+        && !filtered
+    {
+        BtrfsListing::TreeSearch
+    } else {
+        BtrfsListing::Seeks
+    };
     // One per lister (one per thread); btrfs's probers use them before the listers do (and
     // have more where they outnumber the threads), xfs's walker has one of its own.
     let spares = if threads > 1 {
@@ -842,7 +869,10 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         program_at: AtomicU64::new(0),
         program_moved_ms: AtomicU64::new(0),
         first_batch_end: AtomicU64::new(u64::MAX),
-        probing: AtomicBool::new(kind == BTRFS_SUPER_MAGIC && threads > 1),
+        probing: AtomicBool::new(
+            kind == BTRFS_SUPER_MAGIC && threads > 1 && btrfs_listing == BtrfsListing::Seeks,
+        ),
+        btrfs_listing,
         was_paused: AtomicBool::new(false),
         watching: AtomicBool::new(false),
         slot: AtomicUsize::new(usize::MAX),
@@ -1068,11 +1098,20 @@ fn list(job: &Job, threads: usize) {
     let fd = job.fd.raw();
     let kind = job.kind;
     if threads > 1 {
+        let searched = (job.btrfs_listing == BtrfsListing::TreeSearch)
+            .then(|| btrfs_search_end(job))
+            .flatten();
         let end = if kind == EXT4_SUPER_MAGIC {
             read_dir_blocks(job);
             // htree hash positions, in [0, 2^63).
             Some(1 << 63)
+        } else if searched.is_some() {
+            searched
         } else {
+            if job.btrfs_listing == BtrfsListing::TreeSearch {
+                crate::debug!("directory prefetch: btrfs tree search refused: probes by seeks");
+                job.probing.store(true, Ordering::Relaxed);
+            }
             offsets_end(fd, kind, job)
         };
         if let Some(end) = end {
@@ -1096,6 +1135,10 @@ fn list(job: &Job, threads: usize) {
                     // lookup whose leaf is cached gets in between two of the walk's reads.
                     job.listing_done();
                 });
+            }
+            if searched.is_some() {
+                crate::debug!("directory prefetch: btrfs index read by tree search");
+                return list_btrfs_index(job, end, threads, &emit);
             }
             return list_ranges(job, split(0, end, threads), &emit);
         }
@@ -1392,6 +1435,113 @@ fn btrfs_index_end(job: &Job) -> Option<u64> {
     let points: Vec<u64> = (1..16).map(|i| lo + i * step).collect();
     let found = entries_at(job, &points)?;
     Some(found.iter().position(|f| !f).map_or(hi, |i| points[i]))
+}
+
+/// btrfs by tree search: a bound on the directory's index numbers, probed at powers of
+/// two as `btrfs_index_end` does, PROBERS at once, with no seek. None when the search is
+/// refused (the caller probes by seeks) or the job stopped.
+fn btrfs_search_end(job: &Job) -> Option<u64> {
+    let ino = sys::file::identify(job.fd.raw()).ok()?.ino;
+    let powers: Vec<u64> = (12..=44).map(|k| 1u64 << k).collect();
+    for wave in powers.chunks(PROBERS) {
+        if job.stopped() {
+            return None;
+        }
+        let found: Vec<Option<bool>> = std::thread::scope(|s| {
+            let probes: Vec<_> = wave
+                .iter()
+                .map(|&pos| {
+                    std::thread::Builder::new()
+                        .stack_size(64 * 1024)
+                        .spawn_scoped(s, move || {
+                            let mut buf = [0u64; 1024];
+                            let mut out = Vec::new();
+                            sys::dir::btrfs_dir_index(
+                                job.fd.raw(),
+                                ino,
+                                pos,
+                                u64::MAX,
+                                &mut buf,
+                                &mut out,
+                            )
+                            .ok()
+                            .map(|_| !out.is_empty())
+                        })
+                        .ok()
+                })
+                .collect();
+            probes
+                .into_iter()
+                .map(|p| p.and_then(|h| h.join().ok().flatten()))
+                .collect()
+        });
+        // Any probe refused or not run: no bound to trust.
+        let found: Option<Vec<bool>> = found.into_iter().collect();
+        if let Some(miss) = found?.iter().position(|f| !f) {
+            return Some(wave[miss]);
+        }
+    }
+    None
+}
+
+/// btrfs by tree search: lists index numbers [0, `end`) on `threads` threads, which take
+/// slices of it in order as they finish the last (past the end of a directory aged as
+/// most are, a slice costs one search of a cached leaf); `out` gets batches as they come.
+fn list_btrfs_index(job: &Job, end: u64, threads: usize, out: &(dyn Fn(u64, Run) + Sync)) {
+    let Ok(ino) = sys::file::identify(job.fd.raw()).map(|st| st.ino) else {
+        return;
+    };
+    let slice = (end / (4 * threads as u64)).max(256);
+    let next = AtomicU64::new(0);
+    let nice = job.nice;
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            // A lister that cannot start leaves its slices to the others.
+            let _ = std::thread::Builder::new()
+                .stack_size(128 * 1024)
+                .spawn_scoped(s, || {
+                    yield_cpu_to_program(nice);
+                    let mut buf = vec![0u64; 8192];
+                    while !job.stopped() {
+                        let start = next.fetch_add(1, Ordering::Relaxed).saturating_mul(slice);
+                        if start >= end {
+                            break;
+                        }
+                        let stop = if end - start <= slice {
+                            u64::MAX
+                        } else {
+                            start + slice
+                        };
+                        let (mut from, mut part) = (start, Vec::new());
+                        let mut entries = Vec::new();
+                        while !job.stopped() {
+                            match sys::dir::btrfs_dir_index(
+                                job.fd.raw(),
+                                ino,
+                                from,
+                                stop,
+                                &mut buf,
+                                &mut entries,
+                            ) {
+                                Ok(more) => {
+                                    part.extend(entries.drain(..).map(Listed::from));
+                                    match more {
+                                        Some(n) => from = n,
+                                        None => break,
+                                    }
+                                }
+                                // The program stats what was not listed itself.
+                                Err(_) => break,
+                            }
+                            if part.len() >= STREAM_BATCH {
+                                out(start, std::mem::take(&mut part));
+                            }
+                        }
+                        out(start, part);
+                    }
+                });
+        }
+    });
 }
 
 /// For each position: does the directory list anything from there? Positions rise, and
@@ -1903,6 +2053,7 @@ mod tests {
             program_moved_ms: AtomicU64::new(0),
             first_batch_end: AtomicU64::new(u64::MAX),
             probing: AtomicBool::new(false),
+            btrfs_listing: BtrfsListing::Seeks,
             was_paused: AtomicBool::new(false),
             watching: AtomicBool::new(false),
             slot: AtomicUsize::new(usize::MAX),
