@@ -2,7 +2,8 @@
 // order before it closes the stream: the pattern of fts (du, find) on a directory it
 // reads in one go. Prints the count and the sum of the sizes. A second argument, seconds,
 // is a pause between the listing and the stats (the prefetch's index walk then has the
-// directory to itself). A third, N, lists at most N entries at a time, pausing and statting
+// directory to itself); a negative one holds the stream open that long and stats nothing
+// (what the prefetch alone brings in, for a program run after it to find). A third, N, lists at most N entries at a time, pausing and statting
 // each such part before it reads on, as fts does with at most 100,000 (0: all at once). A
 // fourth, microseconds, is slept after every 100 entries read past the first 2,000: fts's
 // work per entry, which keeps `du` reading past the prefetch's listing of 100,000 entries,
@@ -36,7 +37,9 @@ int main(int argc, char **argv) {
             n++;
             if (per100 && total + n > 2000 && (total + n) % 100 == 0) usleep(per100);
         }
-        if (argc > 2) sleep(atoi(argv[2]));
+        int pause = argc > 2 ? atoi(argv[2]) : 0;
+        if (pause) sleep(pause < 0 ? -pause : pause);
+        if (pause < 0) { total += n; continue; }
         qsort(e, n, sizeof *e, by_ino);
         for (size_t i = 0; i < n; i++) {
             struct stat st;

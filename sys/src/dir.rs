@@ -131,11 +131,14 @@ pub fn xfs_read_inode(fd: i32, ino: u64) -> Result<(), Errno> {
 
 /// btrfs: the entries of directory `dir_ino` (on the subvolume holding `fd`) whose index
 /// numbers are in [`from`, `to`), read from its index items by a tree search
-/// (`BTRFS_IOC_TREE_SEARCH_V2`), appended to `out` (`next_off`: the position after the
-/// entry, its index + 1, as btrfs's readdir gives it). Returns the index to ask from next,
-/// or None when nothing in the range is left. Unlike getdents after an lseek, which takes
-/// the directory's lock exclusively on btrfs, this takes no lock of the directory: only the
-/// b-tree's. `buf` is scratch of at least 4 KiB. Needs CAP_SYS_ADMIN (`EPERM` without it).
+/// (`BTRFS_IOC_TREE_SEARCH_V2`), appended to `out` (`next_off`: the entry's index + 1, a
+/// position from which a listing goes on after it). Returns the index to ask from next, or
+/// None when nothing in the range is left. Unlike getdents after an lseek, which takes the
+/// directory's lock exclusively on btrfs, this takes no lock of the directory: only the
+/// b-tree's. What it does not see: entries still in btrfs's delayed items (made or removed
+/// moments ago, not yet in the tree), which readdir merges in; for a prefetch of a cold
+/// directory that is nothing. `buf` is scratch of at least 4 KiB. Needs CAP_SYS_ADMIN in
+/// the initial user namespace (`EPERM` without it).
 pub fn btrfs_dir_index(
     fd: i32,
     dir_ino: u64,

@@ -46,6 +46,9 @@ pub fn workers() -> usize {
 
 /// Worker threads alive in this process, across all directories.
 static WORKERS: AtomicUsize = AtomicUsize::new(0);
+/// btrfs's tree search was refused once in this process (root in a user namespace: capget
+/// reports CAP_SYS_ADMIN, the ioctl checks the initial namespace): later jobs seek.
+static BTRFS_SEARCH_REFUSED: AtomicBool = AtomicBool::new(false);
 /// Set for good when the program sandboxes itself: every job stops (see `shutdown`).
 static STOP: AtomicBool = AtomicBool::new(false);
 const MAX_WORKERS: usize = 64;
@@ -806,6 +809,7 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
     // The same rule as bulkstat's: an ioctl, and CAP_SYS_ADMIN.
     let btrfs_listing = if kind == BTRFS_SUPER_MAGIC
         && threads > 1
+        && !BTRFS_SEARCH_REFUSED.load(Ordering::Relaxed)
         && sys::proc::has_effective_cap(sys::proc::CAP_SYS_ADMIN)
         && !filtered
     {
@@ -869,9 +873,8 @@ pub fn opened(dirfd: i32, cfg: &DirConfig) -> bool {
         program_at: AtomicU64::new(0),
         program_moved_ms: AtomicU64::new(0),
         first_batch_end: AtomicU64::new(u64::MAX),
-        probing: AtomicBool::new(
-            kind == BTRFS_SUPER_MAGIC && threads > 1 && btrfs_listing == BtrfsListing::Seeks,
-        ),
+        // Tree search too, until its probes have answered: if it is refused, the seeks come.
+        probing: AtomicBool::new(kind == BTRFS_SUPER_MAGIC && threads > 1),
         btrfs_listing,
         was_paused: AtomicBool::new(false),
         watching: AtomicBool::new(false),
@@ -1101,6 +1104,16 @@ fn list(job: &Job, threads: usize) {
         let searched = (job.btrfs_listing == BtrfsListing::TreeSearch)
             .then(|| btrfs_search_end(job))
             .flatten();
+        if searched.is_some() {
+            // No seek will come: the workers' lookups hold nothing up.
+            let q = job.queue.lock().unwrap_or_else(|e| e.into_inner());
+            job.probing.store(false, Ordering::Relaxed);
+            drop(q);
+            job.ready.notify_all();
+        }
+        if job.stopped() {
+            return;
+        }
         let end = if kind == EXT4_SUPER_MAGIC {
             read_dir_blocks(job);
             // htree hash positions, in [0, 2^63).
@@ -1110,7 +1123,7 @@ fn list(job: &Job, threads: usize) {
         } else {
             if job.btrfs_listing == BtrfsListing::TreeSearch {
                 crate::debug!("directory prefetch: btrfs tree search refused: probes by seeks");
-                job.probing.store(true, Ordering::Relaxed);
+                BTRFS_SEARCH_REFUSED.store(true, Ordering::Relaxed);
             }
             offsets_end(fd, kind, job)
         };
@@ -1439,7 +1452,7 @@ fn btrfs_index_end(job: &Job) -> Option<u64> {
 
 /// btrfs by tree search: a bound on the directory's index numbers, probed at powers of
 /// two as `btrfs_index_end` does, PROBERS at once, with no seek. None when the search is
-/// refused (the caller probes by seeks) or the job stopped.
+/// refused (the caller probes by seeks) or the job stopped (the caller looks first).
 fn btrfs_search_end(job: &Job) -> Option<u64> {
     let ino = sys::file::identify(job.fd.raw()).ok()?.ino;
     let powers: Vec<u64> = (12..=44).map(|k| 1u64 << k).collect();
@@ -1486,13 +1499,17 @@ fn btrfs_search_end(job: &Job) -> Option<u64> {
 
 /// btrfs by tree search: lists index numbers [0, `end`) on `threads` threads, which take
 /// slices of it in order as they finish the last (past the end of a directory aged as
-/// most are, a slice costs one search of a cached leaf); `out` gets batches as they come.
+/// most are, a slice costs one search of a cached leaf); `out` gets batches as they come,
+/// growing as `list_ranges`' do. A search refused midway stops them all: the program looks
+/// up what was not listed itself.
 fn list_btrfs_index(job: &Job, end: u64, threads: usize, out: &(dyn Fn(u64, Run) + Sync)) {
     let Ok(ino) = sys::file::identify(job.fd.raw()).map(|st| st.ino) else {
         return;
     };
     let slice = (end / (4 * threads as u64)).max(256);
     let next = AtomicU64::new(0);
+    let refused = AtomicBool::new(false);
+    let going = || !job.stopped() && !refused.load(Ordering::Relaxed);
     let nice = job.nice;
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -1502,7 +1519,8 @@ fn list_btrfs_index(job: &Job, end: u64, threads: usize, out: &(dyn Fn(u64, Run)
                 .spawn_scoped(s, || {
                     yield_cpu_to_program(nice);
                     let mut buf = vec![0u64; 8192];
-                    while !job.stopped() {
+                    let (mut entries, mut batch_size) = (Vec::new(), FIRST_BATCH);
+                    while going() {
                         let start = next.fetch_add(1, Ordering::Relaxed).saturating_mul(slice);
                         if start >= end {
                             break;
@@ -1512,9 +1530,8 @@ fn list_btrfs_index(job: &Job, end: u64, threads: usize, out: &(dyn Fn(u64, Run)
                         } else {
                             start + slice
                         };
-                        let (mut from, mut part) = (start, Vec::new());
-                        let mut entries = Vec::new();
-                        while !job.stopped() {
+                        let (mut from, mut part_start, mut part) = (start, start, Vec::new());
+                        while going() {
                             match sys::dir::btrfs_dir_index(
                                 job.fd.raw(),
                                 ino,
@@ -1530,14 +1547,15 @@ fn list_btrfs_index(job: &Job, end: u64, threads: usize, out: &(dyn Fn(u64, Run)
                                         None => break,
                                     }
                                 }
-                                // The program stats what was not listed itself.
-                                Err(_) => break,
+                                Err(_) => refused.store(true, Ordering::Relaxed),
                             }
-                            if part.len() >= STREAM_BATCH {
-                                out(start, std::mem::take(&mut part));
+                            if part.len() >= batch_size {
+                                out(part_start, std::mem::take(&mut part));
+                                part_start = from;
+                                batch_size = (batch_size * 2).min(STREAM_BATCH);
                             }
                         }
-                        out(start, part);
+                        out(part_start, part);
                     }
                 });
         }
