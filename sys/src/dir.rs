@@ -213,31 +213,15 @@ const BTRFS_DIR_INDEX_KEY: u32 = 96;
 /// struct btrfs_dir_item records, into `out`. Returns the last index read.
 fn parse_dir_index(bytes: &[u8], items: usize, out: &mut Vec<Entry>) -> Option<u64> {
     // The header is in the CPU's byte order, the item as on disk (little-endian).
-    let ne64 = |i: usize| {
-        bytes
-            .get(i..i + 8)
-            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
-    };
-    let ne32 = |i: usize| {
-        bytes
-            .get(i..i + 4)
-            .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or([0; 4])))
-    };
-    let le64 = |i: usize| {
-        bytes
-            .get(i..i + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-    };
-    let le16 = |i: usize| {
-        bytes
-            .get(i..i + 2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-    };
+    let word8 = |i| word::<8>(bytes, i);
     let (mut at, mut last) = (0usize, None);
     for _ in 0..items {
         // Header: transid, objectid, offset (the index number), type, len.
-        let (Some(index), Some(kind), Some(len)) = (ne64(at + 16), ne32(at + 24), ne32(at + 28))
-        else {
+        let (Some(index), Some(kind), Some(len)) = (
+            word8(at + 16).map(u64::from_ne_bytes),
+            word::<4>(bytes, at + 24).map(u32::from_ne_bytes),
+            word::<4>(bytes, at + 28).map(u32::from_ne_bytes),
+        ) else {
             break;
         };
         let item = at + 32;
@@ -248,9 +232,11 @@ fn parse_dir_index(bytes: &[u8], items: usize, out: &mut Vec<Entry>) -> Option<u
         last = Some(index);
         // struct btrfs_dir_item: location (objectid u64, type u8, offset u64), transid u64,
         // data_len u16, name_len u16, type u8, then the name.
-        let (Some(ino), Some(name_len), Some(&ft)) =
-            (le64(item), le16(item + 27), bytes.get(item + 29))
-        else {
+        let (Some(ino), Some(name_len), Some(&ft)) = (
+            word8(item).map(u64::from_le_bytes),
+            word::<2>(bytes, item + 27).map(u16::from_le_bytes),
+            bytes.get(item + 29),
+        ) else {
             continue;
         };
         let name = bytes.get(item + 30..item + 30 + name_len as usize);
@@ -267,6 +253,11 @@ fn parse_dir_index(bytes: &[u8], items: usize, out: &mut Vec<Entry>) -> Option<u
         }
     }
     last
+}
+
+/// The `N` bytes at `i`, if there are that many.
+fn word<const N: usize>(bytes: &[u8], i: usize) -> Option<[u8; N]> {
+    bytes.get(i..i.checked_add(N)?)?.try_into().ok()
 }
 
 /// A btrfs directory item's file type (BTRFS_FT_*, high bits flags) as a `DT_*` value.

@@ -1460,34 +1460,16 @@ fn btrfs_search_end(job: &Job) -> Option<u64> {
         if job.stopped() {
             return None;
         }
-        let found: Vec<Option<bool>> = std::thread::scope(|s| {
-            let probes: Vec<_> = wave
-                .iter()
-                .map(|&pos| {
-                    std::thread::Builder::new()
-                        .stack_size(64 * 1024)
-                        .spawn_scoped(s, move || {
-                            let mut buf = [0u64; 1024];
-                            let mut out = Vec::new();
-                            sys::dir::btrfs_dir_index(
-                                job.fd.raw(),
-                                ino,
-                                pos,
-                                u64::MAX,
-                                &mut buf,
-                                &mut out,
-                            )
-                            .ok()
-                            .map(|_| !out.is_empty())
-                        })
-                        .ok()
-                })
-                .collect();
-            probes
-                .into_iter()
-                .map(|p| p.and_then(|h| h.join().ok().flatten()))
-                .collect()
-        });
+        let found = per_position(
+            wave,
+            |pos| {
+                let (mut buf, mut out) = ([0u64; 1024], Vec::new());
+                sys::dir::btrfs_dir_index(job.fd.raw(), ino, pos, u64::MAX, &mut buf, &mut out)
+                    .ok()
+                    .map(|_| !out.is_empty())
+            },
+            |_| {},
+        );
         // Any probe refused or not run: no bound to trust.
         let found: Option<Vec<bool>> = found.into_iter().collect();
         if let Some(miss) = found?.iter().position(|f| !f) {
@@ -1586,35 +1568,50 @@ fn entries_at(job: &Job, positions: &[u64]) -> Option<Vec<bool>> {
 fn probe_wave(job: &Job, wave: &[u64]) -> Option<Vec<bool>> {
     let meet = SeeksFirst::new(SEEKS_WAIT);
     let meet = &meet;
-    let answers: Vec<Option<bool>> = std::thread::scope(|s| {
-        let probers: Vec<_> = wave
+    let answers = per_position(
+        wave,
+        |pos| {
+            let own = job.spare_fd();
+            if let Some(own) = &own {
+                let _ = sys::file::seek_own(own.raw(), pos);
+            }
+            meet.sought();
+            let own = own?;
+            let mut buf = [0u8; 1024];
+            let found = getdents(own.raw(), &mut buf, &mut Vec::new()) > 0;
+            job.give_back(own);
+            Some(found)
+        },
+        |started| meet.start(started),
+    );
+    answers.into_iter().collect()
+}
+
+/// `probe(pos)` for each position, on a thread of its own (64 KiB of stack); `started` is
+/// told how many threads started, then every one is joined (so that none is left for the
+/// scope to re-raise). None for a position whose thread did not start or panicked.
+fn per_position<T: Send>(
+    positions: &[u64],
+    probe: impl Fn(u64) -> Option<T> + Sync,
+    started: impl FnOnce(usize),
+) -> Vec<Option<T>> {
+    let probe = &probe;
+    std::thread::scope(|s| {
+        let threads: Vec<_> = positions
             .iter()
             .map(|&pos| {
                 std::thread::Builder::new()
                     .stack_size(64 * 1024)
-                    .spawn_scoped(s, move || {
-                        let own = job.spare_fd();
-                        if let Some(own) = &own {
-                            let _ = sys::file::seek_own(own.raw(), pos);
-                        }
-                        meet.sought();
-                        let own = own?;
-                        let mut buf = [0u8; 1024];
-                        let found = getdents(own.raw(), &mut buf, &mut Vec::new()) > 0;
-                        job.give_back(own);
-                        Some(found)
-                    })
+                    .spawn_scoped(s, move || probe(pos))
                     .ok()
             })
             .collect();
-        meet.start(probers.iter().flatten().count());
-        // Every thread joined here, so that none is left for the scope to re-raise.
-        probers
+        started(threads.iter().flatten().count());
+        threads
             .into_iter()
-            .map(|p| p.and_then(|h| h.join().ok().flatten()))
+            .map(|t| t.and_then(|h| h.join().ok().flatten()))
             .collect()
-    });
-    answers.into_iter().collect()
+    })
 }
 
 /// Threads that each seek their own fd on one directory, then read from it, meet here so
