@@ -3,11 +3,12 @@
 // reads in one go. Prints the count and the sum of the sizes. A second argument, seconds,
 // is a pause between the listing and the stats (the prefetch's index walk then has the
 // directory to itself); a negative one holds the stream open that long and stats nothing
-// (what the prefetch alone brings in, for a program run after it to find). A third, N, lists at most N entries at a time, pausing and statting
-// each such part before it reads on, as fts does with at most 100,000 (0: all at once). A
-// fourth, microseconds, is slept after every 100 entries read past the first 2,000: fts's
-// work per entry, which keeps `du` reading past the prefetch's listing of 100,000 entries,
-// on a directory small enough for a test.
+// (what the prefetch alone brings in, for a program run after it to find). A third, N,
+// lists at most N entries at a time, pausing and statting each such part before it reads
+// on, as fts does with at most 100,000 (0: all at once). A fourth, microseconds, is slept
+// after every 100 entries read past the first 2,000: fts's work per entry, which keeps
+// `du` reading past the prefetch's listing of 100,000 entries, on a directory small
+// enough for a test.
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>

@@ -614,6 +614,15 @@ impl Job {
         self.ready.notify_all();
     }
 
+    /// btrfs: the index probes are over, the workers may look up.
+    fn probes_done(&self) {
+        // Under the queue's lock, under which a worker looks at it before it waits.
+        let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.probing.store(false, Ordering::Relaxed);
+        drop(q);
+        self.ready.notify_all();
+    }
+
     /// Entries a worker takes at a time once they go in inode order.
     fn by_inode_run(&self) -> usize {
         if self.listing_first {
@@ -1101,18 +1110,14 @@ fn list(job: &Job, threads: usize) {
     let fd = job.fd.raw();
     let kind = job.kind;
     if threads > 1 {
-        let searched = (job.btrfs_listing == BtrfsListing::TreeSearch)
-            .then(|| btrfs_search_end(job))
+        // The directory's objectid, which the tree search asks by.
+        let ino = (job.btrfs_listing == BtrfsListing::TreeSearch)
+            .then(|| sys::file::identify(fd).ok().map(|st| st.ino))
             .flatten();
+        let searched = ino.and_then(|ino| btrfs_search_end(job, ino));
         if searched.is_some() {
             // No seek will come: the workers' lookups hold nothing up.
-            let q = job.queue.lock().unwrap_or_else(|e| e.into_inner());
-            job.probing.store(false, Ordering::Relaxed);
-            drop(q);
-            job.ready.notify_all();
-        }
-        if job.stopped() {
-            return;
+            job.probes_done();
         }
         let end = if kind == EXT4_SUPER_MAGIC {
             read_dir_blocks(job);
@@ -1121,7 +1126,7 @@ fn list(job: &Job, threads: usize) {
         } else if searched.is_some() {
             searched
         } else {
-            if job.btrfs_listing == BtrfsListing::TreeSearch {
+            if job.btrfs_listing == BtrfsListing::TreeSearch && !job.stopped() {
                 crate::debug!("directory prefetch: btrfs tree search refused: probes by seeks");
                 BTRFS_SEARCH_REFUSED.store(true, Ordering::Relaxed);
             }
@@ -1149,9 +1154,9 @@ fn list(job: &Job, threads: usize) {
                     job.listing_done();
                 });
             }
-            if searched.is_some() {
+            if let (Some(ino), Some(_)) = (ino, searched) {
                 crate::debug!("directory prefetch: btrfs index read by tree search");
-                return list_btrfs_index(job, end, threads, &emit);
+                return list_btrfs_index(job, ino, end, threads, &emit);
             }
             return list_ranges(job, split(0, end, threads), &emit);
         }
@@ -1418,11 +1423,7 @@ fn offsets_end(fd: i32, kind: i64, job: &Job) -> Option<u64> {
             .map(|st| st.size.div_ceil(8) + 1),
         BTRFS_SUPER_MAGIC => {
             let end = btrfs_index_end(job);
-            // Under the queue's lock, under which a worker looks at it before it waits.
-            let q = job.queue.lock().unwrap_or_else(|e| e.into_inner());
-            job.probing.store(false, Ordering::Relaxed);
-            drop(q);
-            job.ready.notify_all();
+            job.probes_done();
             end
         }
         _ => None,
@@ -1452,9 +1453,8 @@ fn btrfs_index_end(job: &Job) -> Option<u64> {
 
 /// btrfs by tree search: a bound on the directory's index numbers, probed at powers of
 /// two as `btrfs_index_end` does, PROBERS at once, with no seek. None when the search is
-/// refused (the caller probes by seeks) or the job stopped (the caller looks first).
-fn btrfs_search_end(job: &Job) -> Option<u64> {
-    let ino = sys::file::identify(job.fd.raw()).ok()?.ino;
+/// refused (the caller probes by seeks) or the job stopped. `ino`: the directory's.
+fn btrfs_search_end(job: &Job, ino: u64) -> Option<u64> {
     let powers: Vec<u64> = (12..=44).map(|k| 1u64 << k).collect();
     for wave in powers.chunks(PROBERS) {
         if job.stopped() {
@@ -1484,10 +1484,13 @@ fn btrfs_search_end(job: &Job) -> Option<u64> {
 /// most are, a slice costs one search of a cached leaf); `out` gets batches as they come,
 /// growing as `list_ranges`' do. A search refused midway stops them all: the program looks
 /// up what was not listed itself.
-fn list_btrfs_index(job: &Job, end: u64, threads: usize, out: &(dyn Fn(u64, Run) + Sync)) {
-    let Ok(ino) = sys::file::identify(job.fd.raw()).map(|st| st.ino) else {
-        return;
-    };
+fn list_btrfs_index(
+    job: &Job,
+    ino: u64,
+    end: u64,
+    threads: usize,
+    out: &(dyn Fn(u64, Run) + Sync),
+) {
     let slice = (end / (4 * threads as u64)).max(256);
     let next = AtomicU64::new(0);
     let refused = AtomicBool::new(false);
