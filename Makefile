@@ -9,7 +9,10 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 RELEASE := target/release
+# The library a process preloads is the front (front/, built with its own profile and put
+# beside the engine it loads on first work, libdropbehind_engine.so).
 LIB := $(RELEASE)/libdropbehind.so
+ENGINE := $(RELEASE)/libdropbehind_engine.so
 BIN := $(RELEASE)/dropbehind
 # The man page and completions, generated from the launcher's own argument definitions.
 GEN := $(RELEASE)/generated
@@ -32,6 +35,8 @@ all: build
 
 build:
 	$(CARGO) build --release --locked --all-targets
+	$(CARGO) build --profile front --locked -p dropbehind-front
+	install -m 755 target/front/libdropbehind.so $(LIB)
 
 generated: build
 	@mkdir -p $(GEN)
@@ -63,7 +68,8 @@ lint:
 	@if $(CARGO) fmt --version >/dev/null 2>&1; then $(CARGO) fmt --all -- --check; \
 	else echo "lint: rustfmt is not installed, formatting not checked"; fi
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
-	$(CARGO) clippy --release --locked --all-targets -- -D warnings; \
+	$(CARGO) clippy --release --locked --all-targets -- -D warnings && \
+	$(CARGO) clippy --profile front --locked -p dropbehind-front -- -D warnings; \
 	else echo "lint: clippy is not installed, lints not checked"; fi
 
 unit-test:
@@ -79,6 +85,7 @@ install: generated
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/dropbehind
 	install -m 644 $(LIB) $(DESTDIR)$(LIBDIR)/libdropbehind.so
+	install -m 644 $(ENGINE) $(DESTDIR)$(LIBDIR)/libdropbehind_engine.so
 	install -m 644 $(GEN)/dropbehind.1 $(DESTDIR)$(MANDIR)/man1/dropbehind.1
 	install -m 644 $(GEN)/dropbehind.bash $(DESTDIR)$(BASHCOMPDIR)/dropbehind
 	install -m 644 $(GEN)/_dropbehind $(DESTDIR)$(ZSHCOMPDIR)/_dropbehind
@@ -86,6 +93,7 @@ install: generated
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/dropbehind $(DESTDIR)$(LIBDIR)/libdropbehind.so \
+		$(DESTDIR)$(LIBDIR)/libdropbehind_engine.so \
 		$(DESTDIR)$(MANDIR)/man1/dropbehind.1 $(DESTDIR)$(BASHCOMPDIR)/dropbehind \
 		$(DESTDIR)$(ZSHCOMPDIR)/_dropbehind $(DESTDIR)$(FISHCOMPDIR)/dropbehind.fish
 

@@ -23,7 +23,7 @@ make -s install DESTDIR="$PWD/$root" PREFIX=/usr LIBDIR="/usr/lib/$multiarch" \
     ZSHCOMPDIR=/usr/share/zsh/vendor-completions >/dev/null
 if command -v strip >/dev/null; then
     strip --strip-unneeded --remove-section=.comment "$root/usr/bin/dropbehind" \
-        "$root/usr/lib/$multiarch/libdropbehind.so"
+        "$root/usr/lib/$multiarch/libdropbehind.so" "$root/usr/lib/$multiarch/libdropbehind_engine.so"
 fi
 gzip -9n "$root/usr/share/man/man1/dropbehind.1"
 
@@ -53,7 +53,8 @@ if command -v dpkg-shlibdeps >/dev/null; then
     mkdir -p "$stage/src/debian"
     printf 'Source: dropbehind\n\nPackage: dropbehind\nArchitecture: any\n' >"$stage/src/debian/control"
     if found=$(cd "$stage/src" && dpkg-shlibdeps -O \
-        "-e$PWD/../root/usr/bin/dropbehind" "-e$PWD/../root/usr/lib/$multiarch/libdropbehind.so" 2>/dev/null); then
+        "-e$PWD/../root/usr/bin/dropbehind" "-e$PWD/../root/usr/lib/$multiarch/libdropbehind.so" \
+        "-e$PWD/../root/usr/lib/$multiarch/libdropbehind_engine.so" 2>/dev/null); then
         depends=${found#shlibs:Depends=}
     fi
 fi

@@ -100,7 +100,7 @@ inst=$d/inst
 if make -s -C "$ROOT" install PREFIX="$inst" >/dev/null 2>&1; then
     installed() {
         local f
-        for f in bin/dropbehind lib/libdropbehind.so share/man/man1/dropbehind.1 \
+        for f in bin/dropbehind lib/libdropbehind.so lib/libdropbehind_engine.so share/man/man1/dropbehind.1 \
             share/bash-completion/completions/dropbehind share/zsh/site-functions/_dropbehind \
             share/fish/vendor_completions.d/dropbehind.fish; do
             [ -s "$inst/$f" ] || { echo "  missing $inst/$f"; return 1; }
@@ -125,7 +125,7 @@ else
         dpkg -x "$deb" "$r"
         lists() {
             local f
-            for f in usr/bin/dropbehind "usr/lib/$ma/libdropbehind.so" usr/share/man/man1/dropbehind.1.gz \
+            for f in usr/bin/dropbehind "usr/lib/$ma/libdropbehind.so" "usr/lib/$ma/libdropbehind_engine.so" usr/share/man/man1/dropbehind.1.gz \
                 usr/share/bash-completion/completions/dropbehind usr/share/zsh/vendor-completions/_dropbehind \
                 usr/share/fish/vendor_completions.d/dropbehind.fish usr/share/doc/dropbehind/copyright; do
                 [ -s "$r/$f" ] || { echo "  missing /$f"; return 1; }

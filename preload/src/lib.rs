@@ -45,6 +45,24 @@ mod lazy;
 #[cfg(not(test))]
 mod hooks;
 
+// The engine's thread-locals in the static TLS block. The front loads the engine with
+// dlopen, and a module's thread-locals are then allocated on each thread's first use, by
+// malloc inside __tls_get_addr: in a hook, maybe in a signal handler or under an allocator
+// that reads files. One initial-exec reference (never run) marks the library
+// DF_STATIC_TLS: glibc then places all of them (88 bytes) in the surplus every thread has,
+// or fails the dlopen, and the front runs without the engine.
+#[cfg(all(not(test), target_arch = "x86_64"))]
+core::arch::global_asm!(
+    ".section .tbss.dropbehind_static_tls,\"awT\",@nobits",
+    ".p2align 3",
+    "dropbehind_static_tls: .zero 8",
+    ".section .text.dropbehind_static_tls,\"axR\",@progbits",
+    "dropbehind_static_tls_marker:",
+    "mov rax, qword ptr [rip + dropbehind_static_tls@GOTTPOFF]",
+    "ret",
+    ".text",
+);
+
 /// `bytes`, zero-padded, in an array of `N`: a name kept inline in a static (a pointer
 /// there would be a relocation the loader writes at every start). Longer than `N`: a
 /// compile-time error where it is used to build a static.

@@ -77,13 +77,37 @@ impl<F: Copy> Real<F> {
         if busy {
             return UNRESOLVED;
         }
-        // SAFETY: `name` holds a NUL-terminated string (`new`); dlsym only reads it.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr().cast()) } as usize;
+        let p = next(self.name.as_ptr().cast()) as usize;
         let a = if p == 0 { MISSING } else { p };
         self.addr.store(a, Ordering::Release);
         let _ = RESOLVING.try_with(|r| r.set(false));
         a
     }
+}
+
+/// What `name` is after the preloaded libraries, as the front sees it
+/// (`dropbehind_front_next`): the engine is loaded by dlopen after them all, and its own
+/// RTLD_NEXT would skip every one of them, finding libc's. Preloaded itself (no front), the
+/// engine's RTLD_NEXT.
+fn next(name: *const libc::c_char) -> *mut libc::c_void {
+    type Next = unsafe extern "C" fn(*const libc::c_char) -> *mut libc::c_void;
+    const UNKNOWN: usize = 0;
+    const NO_FRONT: usize = 1;
+    static FRONT: AtomicUsize = AtomicUsize::new(UNKNOWN);
+    let mut f = FRONT.load(Ordering::Acquire);
+    if f == UNKNOWN {
+        // SAFETY: a NUL-terminated name; dlsym only reads it.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"dropbehind_front_next".as_ptr()) };
+        f = if p.is_null() { NO_FRONT } else { p as usize };
+        FRONT.store(f, Ordering::Release);
+    }
+    if f == NO_FRONT {
+        // SAFETY: `name` is NUL-terminated (`Real::new`); dlsym only reads it.
+        return unsafe { libc::dlsym(libc::RTLD_NEXT, name) };
+    }
+    // SAFETY: the front's `dropbehind_front_next`, of this signature, given a NUL-terminated
+    // name.
+    unsafe { std::mem::transmute::<usize, Next>(f)(name) }
 }
 
 /// The one way a hook calls the function it stands in for:
