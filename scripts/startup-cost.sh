@@ -24,6 +24,11 @@
 # libdropbehind.so is. `--shaped-floor` also builds it padded, segment by segment, to
 # libdropbehind.so's size (text, read-only data, data, bss) with bytes nothing touches: what the
 # library's size alone costs an exec, apart from anything its code does.
+# With `--per-spawn`, each spawn's stdio is /dev/null; `--stdout FILE` puts stdout on a
+# regular file instead (where the front loads the engine at start), and `--command "CMD
+# ARG..."` spawns that instead of /bin/true (`--command "/bin/cat /etc/hostname"`: a
+# process whose open loads the engine). The engine beside libdropbehind.so is cached the
+# way the libraries are.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=15
@@ -47,8 +52,10 @@ while [ $# -gt 0 ]; do
     --rust-floor) RUST_FLOOR=1; shift ;;
     --shaped-floor) SHAPED_FLOOR=1; shift ;;
     --as-cached) AS_CACHED=1; shift ;;
+    --stdout) export SPAWN_STDOUT=$2; shift 2 ;;
+    --command) export SPAWN_CMD=$2; shift 2 ;;
     *=*) extra+=("$1"); shift ;;
-    *) echo "usage: $0 [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults] [--callgrind] [--rust-floor] [--shaped-floor] [--as-cached] [name=lib.so ...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-r ROUNDS] [-n SPAWNS] [--bash] [--per-spawn] [--faults] [--callgrind] [--rust-floor] [--shaped-floor] [--as-cached] [--stdout FILE] [--command CMD] [name=lib.so ...]" >&2; exit 2 ;;
     esac
 done
 
@@ -109,7 +116,12 @@ n=${#names[@]}
 # exec of /bin/true than the same bytes read whole with read(2), as a copy or an installed
 # package is (bench/results/overhead-i16.md).
 # `--as-cached` leaves each library cached as it is, to compare ways of caching one.
-[ "$AS_CACHED" = 1 ] || python3 - "${libs[@]:1}" <<'PY'
+cached=("${libs[@]:1}")
+for l in "${libs[@]:1}"; do
+    e=$(dirname "$l")/libdropbehind_engine.so
+    [ "$(basename "$l")" = libdropbehind.so ] && [ -f "$e" ] && cached+=("$e")
+done
+[ "$AS_CACHED" = 1 ] || python3 - "${cached[@]}" <<'PY'
 import os, sys
 for p in sys.argv[1:]:
     fd = os.open(p, os.O_RDONLY)
@@ -137,6 +149,7 @@ run() {
 
 if [ "$PER_SPAWN" = 1 ]; then
     cat >"$TMP/spawn.c" <<'EOF'
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,9 +162,17 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 int main(int argc, char **argv) { /* spawn N NAME=LIB... (an empty LIB: no preload) */
-    int n = atoi(argv[1]), k = argc - 2, ne = 0;
+    int n = atoi(argv[1]), k = argc - 2, ne = 0, na = 0;
     double *t = calloc((size_t)n * k, sizeof *t);
-    char ***envs = calloc(k, sizeof *envs), *args[] = {"/bin/true", NULL};
+    char ***envs = calloc(k, sizeof *envs), *args[16] = {0};
+    char *cmd = strdup(getenv("SPAWN_CMD") ? getenv("SPAWN_CMD") : "/bin/true");
+    for (char *w = strtok(cmd, " "); w && na < 15; w = strtok(NULL, " ")) args[na++] = w;
+    const char *out = getenv("SPAWN_STDOUT") ? getenv("SPAWN_STDOUT") : "/dev/null";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     while (environ[ne]) ne++;
     for (int j = 0; j < k; j++) {
         char **e = calloc(ne + 2, sizeof *e), *lib = strchr(argv[j + 2], '=') + 1;
@@ -170,7 +191,7 @@ int main(int argc, char **argv) { /* spawn N NAME=LIB... (an empty LIB: no prelo
             struct timespec a, b;
             pid_t pid;
             clock_gettime(CLOCK_MONOTONIC, &a);
-            if (posix_spawn(&pid, args[0], NULL, NULL, args, envs[j])) return 1;
+            if (posix_spawn(&pid, args[0], &fa, NULL, args, envs[j])) return 1;
             waitpid(pid, &st, 0);
             clock_gettime(CLOCK_MONOTONIC, &b);
             t[j * n + r] = (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_nsec - a.tv_nsec) / 1e3;
@@ -188,7 +209,7 @@ EOF
     ${CC:-cc} -O2 -o "$TMP/spawn" "$TMP/spawn.c"
     pairs=()
     for k in $(seq 0 $((n - 1))); do pairs+=("${names[$k]}=${libs[$k]}"); done
-    echo "one spawn of /bin/true, median of 3000 per library, alternating spawn by spawn:"
+    echo "one spawn of ${SPAWN_CMD:-/bin/true} (stdout ${SPAWN_STDOUT:-/dev/null}), median of 3000 per library, alternating spawn by spawn:"
     "$TMP/spawn" 3000 "${pairs[@]}"
     MODES=
 fi

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub const LIB_NAME: &str = "libdropbehind.so";
+/// The engine the front (LIB_NAME) loads on first work, from its own directory.
+pub const ENGINE_NAME: &str = "libdropbehind_engine.so";
 
 /// The DROPBEHIND_* variables the options set, in the order of `config::VARIABLES`, after
 /// checking the values already in the environment as strictly as the options.
@@ -155,7 +157,9 @@ pub fn run(cli: &crate::args::Cli) -> ExitCode {
 }
 
 pub fn not_found(looked: &str) -> String {
-    format!("{LIB_NAME} not found (looked in {looked}); set DROPBEHIND_LIB")
+    format!(
+        "{LIB_NAME} (with {ENGINE_NAME} beside it) not found (looked in {looked}); set DROPBEHIND_LIB"
+    )
 }
 
 /// The Debian multiarch triplet of this build (the directory under /usr/lib the package
@@ -201,7 +205,7 @@ fn preloaded_names() -> Vec<String> {
 pub fn find_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("DROPBEHIND_LIB") {
         let p = PathBuf::from(p);
-        return if p.is_file() {
+        return if usable(&p) {
             Ok(absolute(&p))
         } else {
             Err(format!("DROPBEHIND_LIB={}", p.display()))
@@ -216,7 +220,7 @@ pub fn find_library() -> Result<PathBuf, String> {
     ];
     candidates
         .iter()
-        .find(|p| p.is_file())
+        .find(|p| usable(p))
         .map(|p| absolute(p))
         .ok_or_else(|| {
             candidates
@@ -225,6 +229,13 @@ pub fn find_library() -> Result<PathBuf, String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         })
+}
+
+/// A library file, and if it is the front, its engine beside it: without the engine the
+/// front would run every program untouched, saying nothing.
+fn usable(p: &Path) -> bool {
+    p.is_file()
+        && (p.file_name().is_none_or(|n| n != LIB_NAME) || p.with_file_name(ENGINE_NAME).is_file())
 }
 
 fn absolute(p: &Path) -> PathBuf {

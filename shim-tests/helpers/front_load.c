@@ -1,0 +1,99 @@
+/* When the front (libdropbehind.so) maps the engine: after each step of a scenario, prints
+ * "engine" or "front" (whether libdropbehind_engine.so is in this process's maps), one word
+ * per step on one line. The maps are read by raw syscalls, which no hook sees.
+ *
+ *   front_load idle            nothing, then a write to /dev/null and an anonymous mmap
+ *   front_load open FILE       an open
+ *   front_load map FILE        a file opened by raw syscall, then mapped
+ *   front_load vfork FILE      a vfork child's open, then the parent's
+ *   front_load prctl FILE      prctl(PR_SET_NO_NEW_PRIVS), then an open
+ *   front_load handler FILE    an open in a signal handler, then one outside it
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *file;
+
+static void step(void)
+{
+    static char buf[1 << 16];
+    int fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY);
+    size_t n = 0;
+    long r;
+    while (fd >= 0 && n < sizeof buf - 1 && (r = syscall(SYS_read, fd, buf + n, sizeof buf - 1 - n)) > 0)
+        n += r;
+    buf[n] = 0;
+    syscall(SYS_close, fd);
+    printf("%s ", strstr(buf, "libdropbehind_engine.so") ? "engine" : "front");
+}
+
+static void open_close(void)
+{
+    int fd = open(file, O_RDONLY);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    open_close();
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "idle";
+    file = argc > 2 ? argv[2] : "/dev/null";
+    if (!strcmp(mode, "idle")) {
+        step();
+        int fd = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_WRONLY);
+        write(fd, "x", 1);
+        void *p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        munmap(p, 1 << 20);
+        step();
+    } else if (!strcmp(mode, "open")) {
+        step();
+        open_close();
+        step();
+    } else if (!strcmp(mode, "map")) {
+        int fd = syscall(SYS_openat, AT_FDCWD, file, O_RDONLY);
+        step();
+        void *p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+        step();
+        if (p != MAP_FAILED)
+            munmap(p, 4096);
+    } else if (!strcmp(mode, "vfork")) {
+        pid_t pid = vfork();
+        if (pid == 0) {
+            open_close();
+            _exit(0);
+        }
+        waitpid(pid, NULL, 0);
+        step();
+        open_close();
+        step();
+    } else if (!strcmp(mode, "prctl")) {
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        open_close();
+        step();
+    } else if (!strcmp(mode, "handler")) {
+        signal(SIGUSR1, on_signal);
+        raise(SIGUSR1);
+        step();
+        open_close();
+        step();
+    } else {
+        fprintf(stderr, "front_load: unknown mode %s\n", mode);
+        return 2;
+    }
+    printf("\n");
+    return 0;
+}
