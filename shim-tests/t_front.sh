@@ -11,6 +11,7 @@ make_file "$d/f" 1
 # stdio away from regular files, and none of the variables: the engine is loaded at start
 # when a DROPBEHIND_ variable is set or fd 0, 1 or 2 is a regular file.
 # run [NAME=VALUE...] MODE [FILE]
+# own preload: without DROPBEHIND_TEST_FORCE's variables, whose presence loads the engine.
 run() {
     local vars=()
     while [[ $1 == *=* ]]; do vars+=("$1"); shift; done
@@ -33,6 +34,7 @@ check "after prctl(PR_SET_NO_NEW_PRIVS) an open does not load it ($out)" '[ "$ou
 out=$(run handler "$d/f")
 check "an open in a signal handler does not load it; one outside does ($out)" \
     '[ "$out" = "front engine " ]'
+# own preload: as run's, stdout on a file.
 out=$(LD_PRELOAD="$LIB" "$d/front_load" idle </dev/null 2>/dev/null >"$d/stdout"; cat "$d/stdout")
 check "stdout a regular file: the engine at start ($out)" '[ "$out" = "engine engine " ]'
 out=$(run DROPBEHIND_LOG=error idle)
@@ -69,6 +71,7 @@ EOF
 if cc -O2 -shared -fPIC -o "$d/count.so" "$d/count.c"; then
     make_file "$d/big" 16
     evict "$d/big"
+    # own preload: two libraries, the front first.
     COUNT_READS_TO="$d/n" LD_PRELOAD="$LIB $d/count.so" cat "$d/big" >/dev/null
     n=$(cat "$d/n" 2>/dev/null)
     check "a library preloaded after the front sees the reads the engine makes ($n reads of a 16 MiB file)" \
