@@ -11,12 +11,12 @@ make_file "$d/f" 1
 # stdio away from regular files, and none of the variables: the engine is loaded at start
 # when a DROPBEHIND_ variable is set or fd 0, 1 or 2 is a regular file.
 # run [NAME=VALUE...] MODE [FILE]
-# own preload: without DROPBEHIND_TEST_FORCE's variables, whose presence loads the engine.
+# Not "${SHIM[@]}": DROPBEHIND_TEST_FORCE's variables would load the engine at start.
 run() {
-    local vars=()
+    local vars=() unset=()
     while [[ $1 == *=* ]]; do vars+=("$1"); shift; done
-    env $(env | sed -n 's/^\(DROPBEHIND_[A-Z_]*\)=.*/-u \1/p') LD_PRELOAD="$LIB" "${vars[@]}" \
-        "$d/front_load" "$@" </dev/null 2>/dev/null | cat
+    mapfile -t unset < <(env | sed -n 's/^\(DROPBEHIND_[A-Z_]*\)=.*/-u\n\1/p')
+    env "${unset[@]}" LD_PRELOAD="$LIB" "${vars[@]}" "$d/front_load" "$@" </dev/null 2>/dev/null | cat  # own preload: see above
 }
 
 out=$(run idle)
@@ -34,8 +34,7 @@ check "after prctl(PR_SET_NO_NEW_PRIVS) an open does not load it ($out)" '[ "$ou
 out=$(run handler "$d/f")
 check "an open in a signal handler does not load it; one outside does ($out)" \
     '[ "$out" = "front engine " ]'
-# own preload: as run's, stdout on a file.
-out=$(LD_PRELOAD="$LIB" "$d/front_load" idle </dev/null 2>/dev/null >"$d/stdout"; cat "$d/stdout")
+out=$(LD_PRELOAD="$LIB" "$d/front_load" idle </dev/null 2>/dev/null >"$d/stdout"; cat "$d/stdout")  # own preload: as run's
 check "stdout a regular file: the engine at start ($out)" '[ "$out" = "engine engine " ]'
 out=$(run DROPBEHIND_LOG=error idle)
 check "a DROPBEHIND_ variable set: the engine at start, to read it ($out)" \
@@ -71,8 +70,7 @@ EOF
 if cc -O2 -shared -fPIC -o "$d/count.so" "$d/count.c"; then
     make_file "$d/big" 16
     evict "$d/big"
-    # own preload: two libraries, the front first.
-    COUNT_READS_TO="$d/n" LD_PRELOAD="$LIB $d/count.so" cat "$d/big" >/dev/null
+    COUNT_READS_TO="$d/n" LD_PRELOAD="$LIB $d/count.so" cat "$d/big" >/dev/null  # own preload: two
     n=$(cat "$d/n" 2>/dev/null)
     check "a library preloaded after the front sees the reads the engine makes ($n reads of a 16 MiB file)" \
         '[ -n "$n" ] && [ "$n" -ge 16 ]'
