@@ -17,6 +17,13 @@
 //!   instead of the 5 it straddled, and the loader's zeroing of its end falls on a page the
 //!   relocations write anyway: 2 faults fewer per start, RELRO kept (`-z norelro` saves the
 //!   same time, with the vtables left writable). GNU ld ignores the option with a warning.
+//! - Two segments, code and data (`--no-rosegment`: rustc links with lld, which otherwise
+//!   puts read-only data apart from code; `-z norelro`: no read-only-after-relocation part
+//!   to mprotect): every segment is an mmap or mprotect at each load, and the front loads
+//!   the engine with dlopen in every process that does work. 4 segments -> 2 took 21 us
+//!   off each such process, preloaded or dlopened alike (bench/results/overhead-i16.md,
+//!   "The front"). What RELRO protected (vtables, the GOT) sits beside the hooks' tables of
+//!   real-function addresses, which are writable in any case.
 //! - `startup.ld`: the pages a process touches at start gathered in as few as possible. A
 //!   page faulted in costs an exec about 2 us (copied on write) to 4 us (text: the kernel
 //!   maps its 16 neighbours too, and unmaps them at exit), measured here; this took the
@@ -29,6 +36,8 @@ fn main() {
     println!("cargo:rerun-if-changed=lazy-bound.txt");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,separate-loadable-segments");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--no-rosegment");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,norelro");
     println!("cargo:rerun-if-changed=startup.ld");
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();
     println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{dir}/startup.ld");
