@@ -21,9 +21,9 @@
 # alternating the libraries spawn by spawn, which drifting load cannot favour.
 # `--rust-floor` also builds and measures bench/rust-floor: the least a Rust preload with
 # panic containment carries (std, catch_unwind, a silent panic hook), linked as
-# libdropbehind.so is. `--shaped-floor` also builds it padded, segment by segment, to
-# libdropbehind.so's size (text, read-only data, data, bss) with bytes nothing touches: what the
-# library's size alone costs an exec, apart from anything its code does.
+# the engine is. `--shaped-floor` also builds it padded, segment by segment, to the engine's
+# size (libdropbehind_engine.so: text, read-only data, data, bss) with bytes nothing touches:
+# what the engine's size alone costs an exec, apart from anything its code does.
 # With `--per-spawn`, each spawn's stdio is /dev/null; `--stdout FILE` puts stdout on a
 # regular file instead (where the front loads the engine at start), and `--command "CMD
 # ARG..."` spawns that instead of /bin/true (`--command "/bin/cat /etc/hostname"`: a
@@ -77,7 +77,7 @@ if [ -e "$ROOT/target/release/libdropbehind.so" ]; then
     names+=(dropbehind); libs+=("$ROOT/target/release/libdropbehind.so")
 fi
 if [ "$SHAPED_FLOOR" = 1 ]; then
-    [ -e "$ROOT/target/release/libdropbehind.so" ] || { echo "startup-cost: --shaped-floor needs target/release/libdropbehind.so (make build)" >&2; exit 2; }
+    [ -e "$ROOT/target/release/libdropbehind_engine.so" ] || { echo "startup-cost: --shaped-floor needs target/release/libdropbehind_engine.so (make build)" >&2; exit 2; }
     (cd "$ROOT" && cargo build --release --locked --quiet -p dropbehind-rust-floor)
     # Each LOAD segment's sizes: R (headers, symbols, read-only data), R E (code), RW (data)
     # and the memory the RW segments take beyond their file bytes (bss).
@@ -95,7 +95,7 @@ for l in sys.stdin:
     else: d += fs; b += ms - fs
 print(r, x, d, b)'
     }
-    read -r dr dx dd db <<<"$(shape "$ROOT/target/release/libdropbehind.so")"
+    read -r dr dx dd db <<<"$(shape "$ROOT/target/release/libdropbehind_engine.so")"
     read -r fr fx fd fb <<<"$(shape "$ROOT/target/release/librustfloor.so")"
     # A failed readelf reads as empty segments: an unpadded floor must not pass as shaped.
     [ "${dx:-0}" -gt 0 ] && [ "${fx:-0}" -gt 0 ] || { echo "startup-cost: can't read the libraries' segments (readelf)" >&2; exit 2; }

@@ -99,11 +99,17 @@ def run(b):
     spawns = {
         f"sh spawning /bin/true x{execs}, the library in the children": "children",
         f"sh spawning /bin/true x{execs}, the library in the shell too": "shell",
+        # A process with work: its open loads the front's engine (dlopen), where a library
+        # mapped whole at exec has it already.
+        f"sh spawning cat of a cached 1 KiB file x{execs}, the library in the children": "work",
     }
+    small = b.work / "s60-small.txt"
+    small.write_bytes(b"x" * 1024)
 
     def spawn(case, c):
         lib = str(c.preload) if c.preload else ""
-        loop_sh = f'i=0; while [ $i -lt {execs} ]; do LD_PRELOAD=$L /bin/true || exit 1; i=$((i+1)); done'
+        cmd = f"cat {small}" if spawns[case] == "work" else "/bin/true"
+        loop_sh = f'i=0; while [ $i -lt {execs} ]; do LD_PRELOAD=$L {cmd} || exit 1; i=$((i+1)); done'
         env = dict(L=lib)
         if spawns[case] == "shell" and lib:
             env["LD_PRELOAD"] = lib
@@ -125,13 +131,16 @@ def run(b):
     # libraries' pages between two spawns.
     with DamonPaused():
         libs = [c.preload for c in spawn_conts + [nocache] if c.preload]
+        # The front's engine too, which a process maps once it does work.
+        libs += [e for e in (Path(l).with_name("libdropbehind_engine.so") for l in libs
+                             if Path(l).name == "libdropbehind.so") if e.exists()]
         for lib in libs:
             evict(lib)
         cache_files(libs)
         b.interleave(list(spawns), spawn_conts, b.size(31, 3), spawn)
     # nocache's constructor costs about 20 ms an exec: a reference, run 3 times.
     b.interleave(list(spawns), [nocache], b.size(3, 1), spawn)
-    b.table(f"Start-up: a shell spawning /bin/true {execs} times, against an empty preload library, interleaved",
+    b.table(f"Start-up: a shell spawning /bin/true (or cat) {execs} times, against an empty preload library, interleaved",
             list(spawns), spawn_conts + [nocache], [("seconds", "seconds", "{:.4f}"), ("per_exec", "us per exec", "{:.0f}"),
              ("faults", "page faults per exec", "{:.1f}")],
             baseline="empty preload library", ratio_of="seconds",
@@ -139,7 +148,8 @@ def run(b):
                  "pays; the Rust preload floor (bench/rust-floor, built by the suite: std, one function whose body "
                  "`catch_unwind` contains, a constructor silencing the panic hook, linked as the library is) the "
                  "least one written in Rust with panic containment pays; `no shim` runs the loop without "
-                 "LD_PRELOAD. Children only: `LD_PRELOAD=lib /bin/true` in the loop; shell too: the shell preloaded as well. nocache (3 runs) was run after the others. "
+                 "LD_PRELOAD. Children only: `LD_PRELOAD=lib /bin/true` in the loop; shell too: the shell preloaded as well; cat: "
+                 "`LD_PRELOAD=lib cat FILE`, a process whose open loads dropbehind's engine. nocache (3 runs) was run after the others. "
                  "Page faults per exec: the loop's minor faults (getrusage), the shell's included, over the execs. "
                  "Each library's file was evicted and read whole before the rounds (cached the same way), and "
                  "DAMON's pageout paused while they ran.")

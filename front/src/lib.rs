@@ -82,7 +82,7 @@ enum Engine {
 static ENGINE: AtomicU8 = AtomicU8::new(Engine::Unloaded as u8);
 
 fn engine() -> Engine {
-    match ENGINE.load(Ordering::Acquire) {
+    match ENGINE.load(Ordering::SeqCst) {
         0 => Engine::Unloaded,
         1 => Engine::Loading,
         2 => Engine::Loaded,
@@ -305,7 +305,8 @@ extern "C" fn resolve(s: &Saved) -> usize {
             load_engine();
         }
     }
-    let (f, holds) = match engine() {
+    let state = engine();
+    let (f, holds) = match state {
         Engine::Loaded => match engine_function(i) {
             Some(f) => (f, true),
             None => (real(i), true),
@@ -317,7 +318,14 @@ extern "C" fn resolve(s: &Saved) -> usize {
         Engine::Loading => (real(i), false),
     };
     if holds {
-        slot.store(f, Ordering::Release);
+        slot.store(f, Ordering::SeqCst);
+        // A pass-through name's real function, kept while the engine was not loaded: had
+        // the load emptied the slots just before this store, the slot would keep the real
+        // function for good. The load moves the state before it empties them, so seeing
+        // the state unmoved here means the emptying is still to come.
+        if state == Engine::Unloaded && engine() != Engine::Unloaded {
+            let _ = slot.compare_exchange(f, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
     }
     f
 }
@@ -395,13 +403,14 @@ fn load_engine() {
     if handle.is_null() {
         // SAFETY: clears the failure's message (freed by the next dl call anyway).
         unsafe { dlerror() };
-        ENGINE.store(Engine::Off as u8, Ordering::Release);
+        ENGINE.store(Engine::Off as u8, Ordering::SeqCst);
     } else {
         HANDLE.store(handle as usize, Ordering::Release);
-        ENGINE.store(Engine::Loaded as u8, Ordering::Release);
+        ENGINE.store(Engine::Loaded as u8, Ordering::SeqCst);
     }
+    // After the state moved: see `resolve`.
     for s in &SLOTS {
-        s.store(0, Ordering::Release);
+        s.store(0, Ordering::SeqCst);
     }
     // SAFETY: the state saved above.
     unsafe { pthread_setcancelstate(old, core::ptr::null_mut()) };
