@@ -29,6 +29,26 @@ check "a file mapping loads the engine ($out)" '[ "$out" = "front engine " ]'
 out=$(run vfork "$d/f")
 check "a vfork child's open does not load it for the parent; the parent's does ($out)" \
     '[ "$out" = "front engine " ]'
+out=$(run errno "$d/f")
+check "errno as the program set it after a hook's first calls, the one loading the engine too ($out)" \
+    '[ "$out" = "kept kept kept engine " ]'
+out=$(run vfork-prctl "$d/f")
+check "a vfork child's prctl(PR_SET_NO_NEW_PRIVS) leaves its parent the engine ($out)" \
+    '[ "$out" = "engine " ]'
+out=$(run vfork-nokcmp "$d/f")
+if [ "$out" = no-seccomp ]; then
+    skip "a vfork child with kcmp refused: no seccomp here"
+else
+    check "a vfork child's open under a filter refusing kcmp does not load it for the parent ($out)" \
+        '[ "$out" = "front " ]'
+fi
+# A relative LD_PRELOAD: the engine from the directory the name was relative to at start.
+mkdir -p "$d/elsewhere"
+rel=$(realpath --relative-to="$d" "$LIB")
+mapfile -t unset < <(env | sed -n 's/^\(DROPBEHIND_[A-Z_]*\)=.*/-u\n\1/p')
+out=$(cd "$d" && env "${unset[@]}" LD_PRELOAD="$rel" "$d/front_load" chdir "$d/elsewhere" "$d/f" </dev/null 2>/dev/null | cat)  # own preload: relative
+check "LD_PRELOAD by a relative path, then chdir: the engine found from the start's directory ($out)" \
+    '[ "$out" = "engine " ]'
 out=$(run prctl "$d/f")
 check "after prctl(PR_SET_NO_NEW_PRIVS) an open does not load it ($out)" '[ "$out" = "front " ]'
 out=$(run handler "$d/f")

@@ -31,7 +31,7 @@
 compile_error!("the front's trampolines are x86_64 assembly: preload the engine directly");
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::{AtomicI32, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(panic = "abort")]
 #[panic_handler]
@@ -284,22 +284,37 @@ unsafe extern "C" fn first_call() {
 /// The function hook `s.index` is to run this time, stored in its slot when the answer
 /// holds from now on.
 extern "C" fn resolve(s: &Saved) -> usize {
+    // What is done here (dlsym, dlopen and the engine's start, raw syscalls) may leave
+    // errno changed; the program's call must find it as the program left it.
+    let errno = sys::errno();
+    let f = choose(s);
+    sys::set_errno(errno);
+    f
+}
+
+fn choose(s: &Saved) -> usize {
     let i = s.index;
     let (Some(&kind), Some(slot)) = (KINDS.get(i), SLOTS.get(i)) else {
         return fail_min1 as *const () as usize;
     };
+    // prctl's option is an int: the register's upper half is not the caller's to set.
+    let option = s.rdi as u32 as usize;
+    if kind == Kind::Prctl
+        && (option == PR_SET_NO_NEW_PRIVS || option == PR_SET_SECCOMP)
+        && engine() != Engine::Loaded
+        // A vfork child's sandbox is its own (it is about to exec), not its parent's.
+        && own_process() != Some(false)
+    {
+        // Seen by a load under way too (`load_engine`).
+        SANDBOXED.store(true, Ordering::SeqCst);
+        move_engine(Engine::Unloaded, Engine::Off);
+    }
     if engine() == Engine::Unloaded {
         let load = match kind {
             Kind::Open => may_load(Call::SignalSafe),
             Kind::Trigger => may_load(Call::Other),
             Kind::Map => file_mapping(s) && may_load(Call::Other),
-            Kind::Prctl => {
-                if s.rdi == PR_SET_NO_NEW_PRIVS || s.rdi == PR_SET_SECCOMP {
-                    move_engine(Engine::Unloaded, Engine::Off);
-                }
-                false
-            }
-            Kind::Pass => false,
+            Kind::Prctl | Kind::Pass => false,
         };
         if load {
             load_engine();
@@ -346,28 +361,41 @@ enum Call {
     Other,
 }
 
-/// The process's pid at start (or after a fork that made a process of its own).
+/// The process's pid at start, and in a fork's child (the at-fork handler): a pid that
+/// differs is a vfork child's, or a child of a clone that ran no fork handlers.
 static PID: AtomicI32 = AtomicI32::new(0);
+/// A prctl that may precede a sandbox was seen: the engine is not to run.
+static SANDBOXED: AtomicBool = AtomicBool::new(false);
 /// The signal mask at start, and how many opens found another since.
 static MASK: AtomicU64 = AtomicU64::new(0);
 static OTHER_MASK: AtomicUsize = AtomicUsize::new(0);
 const OTHER_MASK_OPENS: usize = 16;
 
+/// Whether this is a process of its own: `Some(false)` for a vfork child, which shares its
+/// parent's memory (a load there would set the engine up, threads and all, for a process
+/// about to exec, in memory the parent goes on with), `None` when that can't be told.
+fn own_process() -> Option<bool> {
+    let pid = sys::getpid();
+    if pid == PID.load(Ordering::Relaxed) {
+        return Some(true);
+    }
+    // No fork handler ran for this pid: kcmp(KCMP_VM) with the parent says whether the
+    // memory is shared. Refused (a seccomp filter, as containers have; no CONFIG_KCMP): not
+    // known, and so not to be loaded.
+    match sys::kcmp_vm(pid, sys::getppid()) {
+        Ok(0) => Some(false),
+        Ok(_) => {
+            PID.store(pid, Ordering::Relaxed);
+            Some(true)
+        }
+        Err(_) => None,
+    }
+}
+
 /// Whether this call may load the engine now.
 fn may_load(call: Call) -> bool {
-    let pid = sys::getpid();
-    if pid != PID.load(Ordering::Relaxed) {
-        // A fork's child, or a vfork's: the latter shares its parent's memory, which the
-        // load would set up for a process about to exec (its threads, its fd table).
-        match sys::kcmp_vm(pid, sys::getppid()) {
-            Ok(0) => return false,
-            // Other credentials than the parent's: not a vfork child, which has its own.
-            Ok(_) | Err(sys::EPERM) => PID.store(pid, Ordering::Relaxed),
-            Err(_) => {
-                move_engine(Engine::Unloaded, Engine::Off);
-                return false;
-            }
-        }
+    if own_process() != Some(true) {
+        return false;
     }
     if call == Call::SignalSafe
         && sys::sigmask() != Some(MASK.load(Ordering::Relaxed))
@@ -407,6 +435,11 @@ fn load_engine() {
     } else {
         HANDLE.store(handle as usize, Ordering::Release);
         ENGINE.store(Engine::Loaded as u8, Ordering::SeqCst);
+        // A prctl during the load went to the real function, which the engine did not see:
+        // it is not to run, then. (One after this store reaches the engine's own hook.)
+        if SANDBOXED.load(Ordering::SeqCst) {
+            ENGINE.store(Engine::Off as u8, Ordering::SeqCst);
+        }
     }
     // After the state moved: see `resolve`.
     for s in &SLOTS {
@@ -416,7 +449,38 @@ fn load_engine() {
     unsafe { pthread_setcancelstate(old, core::ptr::null_mut()) };
 }
 
-/// This library's directory and ENGINE_FILE, in `out`, NUL-terminated.
+/// The working directory at start, where LD_PRELOAD named a library by a relative path:
+/// the loader keeps that name, and the engine beside it is to be found from there even
+/// after the program changed directory. Written once, by the constructor, before `CWD_LEN`.
+struct Cwd(core::cell::UnsafeCell<[u8; 4096]>);
+// SAFETY: written only by the constructor, before any thread could read it, and read only
+// after `CWD_LEN` (Release, Acquire) says it was.
+unsafe impl Sync for Cwd {}
+static CWD: Cwd = Cwd(core::cell::UnsafeCell::new([0; 4096]));
+static CWD_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether an LD_PRELOAD entry is a relative path (a bare name is searched for, and the
+/// loader then keeps the path it found).
+fn relative_preload() -> bool {
+    let Some(v) = environment_value(b"LD_PRELOAD=") else {
+        return false;
+    };
+    v.split(|&b| b == b' ' || b == b':')
+        .any(|e| e.first().is_some_and(|&b| b != b'/') && e.contains(&b'/'))
+}
+
+fn remember_cwd() {
+    // SAFETY: the constructor, alone: nothing reads CWD before CWD_LEN is set.
+    let buf = unsafe { &mut *CWD.0.get() };
+    // getcwd(2) answers the length with its NUL.
+    if let Ok(n) = sys::getcwd(buf) {
+        CWD_LEN.store(n.saturating_sub(1), Ordering::Release);
+    }
+}
+
+/// This library's directory and ENGINE_FILE, in `out`, NUL-terminated; a relative name
+/// from the working directory at start, never from the present one (the program may have
+/// moved to a directory where anybody can put a file of that name).
 fn engine_path(out: &mut [u8; 4096]) -> Option<()> {
     let mut info = DlInfo {
         fname: core::ptr::null(),
@@ -433,13 +497,27 @@ fn engine_path(out: &mut [u8; 4096]) -> Option<()> {
     // SAFETY: dladdr gives the loader's name of the object, NUL-terminated, which lives as
     // long as the object.
     let me = unsafe { core::ffi::CStr::from_ptr(info.fname) }.to_bytes();
-    let dir = me.iter().rposition(|&b| b == b'/').map_or(0, |p| p + 1);
-    let total = dir + ENGINE_FILE.len();
-    if total > out.len() {
-        return None;
+    let dir = me.get(..me.iter().rposition(|&b| b == b'/').map_or(0, |p| p + 1))?;
+    let base: &[u8] = if me.first() == Some(&b'/') {
+        &[]
+    } else {
+        let n = CWD_LEN.load(Ordering::Acquire);
+        if n == 0 {
+            return None;
+        }
+        // SAFETY: written before CWD_LEN, never again (`Cwd`).
+        unsafe { &*CWD.0.get() }.get(..n)?
+    };
+    let mut at = 0;
+    for part in [
+        base,
+        if base.is_empty() { &[][..] } else { b"/" },
+        dir,
+        ENGINE_FILE,
+    ] {
+        out.get_mut(at..at + part.len())?.copy_from_slice(part);
+        at += part.len();
     }
-    out.get_mut(..dir)?.copy_from_slice(me.get(..dir)?);
-    out.get_mut(dir..total)?.copy_from_slice(ENGINE_FILE);
     Some(())
 }
 
@@ -517,17 +595,48 @@ extern "C" fn fail_number() -> c_int {
 /// where it will surely be wanted or must speak (its variables are read and warned about
 /// at its start).
 extern "C" fn init() {
+    let errno = sys::errno();
     PID.store(sys::getpid(), Ordering::Relaxed);
+    // SAFETY: glibc's entry behind pthread_atfork, given this library's handle; the
+    // handler is a plain function that lives as long as the library (never unloaded).
+    unsafe { __register_atfork(None, None, Some(after_fork_child), &raw const __dso_handle) };
     MASK.store(sys::sigmask().unwrap_or(0), Ordering::Relaxed);
+    if relative_preload() {
+        remember_cwd();
+    }
     if environment_has(b"DROPBEHIND_") || (0..3).any(sys::is_regular_file) {
         load_engine();
     }
+    sys::set_errno(errno);
+}
+
+/// A fork's child is a process of its own (vfork and posix_spawn run no fork handlers).
+extern "C" fn after_fork_child() {
+    PID.store(sys::getpid(), Ordering::Relaxed);
 }
 
 #[cfg(not(test))]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static INIT: extern "C" fn() = init;
+
+/// The value of the environment variable `name_eq` ("NAME=") names.
+fn environment_value(name_eq: &[u8]) -> Option<&'static [u8]> {
+    // SAFETY: as in `environment_has`; the strings live as long as the process (the
+    // constructor's caller keeps them).
+    unsafe {
+        let mut e = environ;
+        while !e.is_null() && !(*e).is_null() {
+            let v = (*e).cast::<u8>();
+            if name_eq.iter().enumerate().all(|(i, &b)| *v.add(i) == b) {
+                let s = core::ffi::CStr::from_ptr(v.add(name_eq.len()).cast()).to_bytes();
+                return Some(s);
+            }
+            e = e.add(1);
+        }
+    }
+    None
+}
 
 /// Whether some environment variable's name starts with `prefix`.
 fn environment_has(prefix: &[u8]) -> bool {
@@ -569,13 +678,19 @@ unsafe extern "C" {
     fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
     fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
     fn __errno_location() -> *mut c_int;
+    static __dso_handle: c_void;
+    fn __register_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+        dso: *const c_void,
+    ) -> c_int;
 }
 
 /// Raw syscalls: no libc symbol to bind at start for them.
 mod sys {
     use core::ffi::c_int;
 
-    pub const EPERM: c_int = 1;
     pub const ENOSYS: c_int = 38;
 
     /// # Safety
@@ -613,6 +728,12 @@ mod sys {
         unsafe { syscall(110, 0, 0, 0, 0, 0) as i32 }
     }
 
+    /// getcwd(2): the length written, its NUL included.
+    pub fn getcwd(buf: &mut [u8]) -> Result<usize, c_int> {
+        // SAFETY: getcwd writes at most `buf.len()` bytes into `buf`.
+        result(unsafe { syscall(79, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0) })
+    }
+
     /// kcmp(KCMP_VM): 0 when the two processes share their memory.
     pub fn kcmp_vm(a: i32, b: i32) -> Result<usize, c_int> {
         // SAFETY: pids only.
@@ -633,6 +754,11 @@ mod sys {
         // SAFETY: fstat writes one struct stat (144 bytes) into `st`.
         let r = unsafe { syscall(5, fd as usize, st.as_mut_ptr() as usize, 0, 0, 0) };
         result(r).is_ok() && (st[3] as u32) & 0o170000 == 0o100000
+    }
+
+    pub fn errno() -> c_int {
+        // SAFETY: glibc's errno of this thread.
+        unsafe { *super::__errno_location() }
     }
 
     pub fn set_errno(e: c_int) {

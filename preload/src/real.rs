@@ -85,22 +85,35 @@ impl<F: Copy> Real<F> {
     }
 }
 
+const UNKNOWN: usize = 0;
+const NO_FRONT: usize = 1;
+static FRONT: AtomicUsize = AtomicUsize::new(UNKNOWN);
+
+/// The front's `dropbehind_front_next`, or NO_FRONT. Asked by the constructor: where the
+/// engine is preloaded alone, the failed lookup allocates its message (dlerror frees it),
+/// which a hook's first call, perhaps in a signal handler, must not do.
+pub fn find_front() -> usize {
+    let mut f = FRONT.load(Ordering::Acquire);
+    if f == UNKNOWN {
+        // SAFETY: a NUL-terminated name; dlsym only reads it.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"dropbehind_front_next".as_ptr()) };
+        if p.is_null() {
+            // SAFETY: takes the failure's message, which is freed by the next dl call.
+            unsafe { libc::dlerror() };
+        }
+        f = if p.is_null() { NO_FRONT } else { p as usize };
+        FRONT.store(f, Ordering::Release);
+    }
+    f
+}
+
 /// What `name` is after the preloaded libraries, as the front sees it
 /// (`dropbehind_front_next`): the engine is loaded by dlopen after them all, and its own
 /// RTLD_NEXT would skip every one of them, finding libc's. Preloaded itself (no front), the
 /// engine's RTLD_NEXT.
 fn next(name: *const libc::c_char) -> *mut libc::c_void {
     type Next = unsafe extern "C" fn(*const libc::c_char) -> *mut libc::c_void;
-    const UNKNOWN: usize = 0;
-    const NO_FRONT: usize = 1;
-    static FRONT: AtomicUsize = AtomicUsize::new(UNKNOWN);
-    let mut f = FRONT.load(Ordering::Acquire);
-    if f == UNKNOWN {
-        // SAFETY: a NUL-terminated name; dlsym only reads it.
-        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"dropbehind_front_next".as_ptr()) };
-        f = if p.is_null() { NO_FRONT } else { p as usize };
-        FRONT.store(f, Ordering::Release);
-    }
+    let f = find_front();
     if f == NO_FRONT {
         // SAFETY: `name` is NUL-terminated (`Real::new`); dlsym only reads it.
         return unsafe { libc::dlsym(libc::RTLD_NEXT, name) };

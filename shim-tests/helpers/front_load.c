@@ -8,6 +8,13 @@
  *   front_load vfork FILE      a vfork child's open, then the parent's
  *   front_load prctl FILE      prctl(PR_SET_NO_NEW_PRIVS), then an open
  *   front_load handler FILE    an open in a signal handler, then one outside it
+ *   front_load errno FILE      errno set, then a first close, lseek and open that succeed:
+ *                              prints "kept" or "changed" after each instead
+ *   front_load vfork-prctl FILE  a vfork child's prctl(PR_SET_NO_NEW_PRIVS), then the
+ *                              parent's open
+ *   front_load vfork-nokcmp FILE  the same as vfork, under a seccomp filter (installed by
+ *                              raw syscalls) that fails kcmp with EPERM
+ *   front_load chdir DIR FILE  chdir(DIR), then an open of FILE (an absolute path)
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -18,6 +25,10 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <unistd.h>
 
 static const char *file;
@@ -80,6 +91,41 @@ int main(int argc, char **argv)
         step();
         open_close();
         step();
+    } else if (!strcmp(mode, "vfork-prctl")) {
+        pid_t pid = vfork();
+        if (pid == 0) {
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            _exit(0);
+        }
+        waitpid(pid, NULL, 0);
+        open_close();
+        step();
+    } else if (!strcmp(mode, "vfork-nokcmp")) {
+        struct sock_filter f[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_kcmp, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+        syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog)) {
+            printf("no-seccomp\n");
+            return 0;
+        }
+        pid_t pid = vfork();
+        if (pid == 0) {
+            open_close();
+            _exit(0);
+        }
+        waitpid(pid, NULL, 0);
+        step();
+    } else if (!strcmp(mode, "chdir")) {
+        if (chdir(argv[2]))
+            return 2;
+        file = argv[3];
+        open_close();
+        step();
     } else if (!strcmp(mode, "prctl")) {
         prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
         open_close();
@@ -89,6 +135,19 @@ int main(int argc, char **argv)
         raise(SIGUSR1);
         step();
         open_close();
+        step();
+    } else if (!strcmp(mode, "errno")) {
+        int fd = syscall(SYS_openat, AT_FDCWD, file, O_RDONLY);
+        errno = EBADMSG;
+        close(fd);
+        printf("%s ", errno == EBADMSG ? "kept" : "changed");
+        fd = syscall(SYS_openat, AT_FDCWD, file, O_RDONLY);
+        errno = EBADMSG;
+        lseek(fd, 0, SEEK_SET);
+        printf("%s ", errno == EBADMSG ? "kept" : "changed");
+        errno = EBADMSG;
+        fd = open(file, O_RDONLY);
+        printf("%s ", errno == EBADMSG && fd >= 0 ? "kept" : "changed");
         step();
     } else {
         fprintf(stderr, "front_load: unknown mode %s\n", mode);

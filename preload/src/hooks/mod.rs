@@ -55,6 +55,7 @@ use crate::{engine, entry, log};
 /// on each hook's first call (see `real`).
 extern "C" fn init() {
     entry::inside((), || {
+        crate::real::find_front();
         // Panics are contained at every entry point; the default hook would still print
         // them on the program's stderr. This is the library's own std: the program's hook
         // is its own.
