@@ -16,7 +16,8 @@
 //!   already when a DROPBEHIND_ variable is set or fd 0, 1 or 2 is a regular file. Reads,
 //!   writes, closes and stats never load it: they are the calls signal handlers make;
 //! - where it is not loaded: in a vfork child (the parent's memory: the engine would be
-//!   set up for a process about to exec), in an open while the signal mask differs from
+//!   set up for a process about to exec; told by a pid no fork handler recorded and kcmp,
+//!   `own_process`), in an open while the signal mask differs from
 //!   the one at start (perhaps a signal handler, which must not enter dlopen: 16 such opens
 //!   at most), and after prctl(PR_SET_NO_NEW_PRIVS or PR_SET_SECCOMP): a sandbox may be
 //!   next, as the engine itself stops there;
@@ -32,6 +33,7 @@ compile_error!("the front's trampolines are x86_64 assembly: preload the engine 
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use dropbehind_bare::{environment_entry, environment_has, inline_name};
 
 #[cfg(panic = "abort")]
 #[panic_handler]
@@ -100,18 +102,6 @@ fn move_engine(from: Engine, to: Engine) -> bool {
 /// the loader writes at every start.
 const NAME: usize = 24;
 
-const fn name(s: &str) -> [u8; NAME] {
-    let b = s.as_bytes();
-    assert!(b.len() < NAME, "a name longer than its inline room");
-    let mut out = [0u8; NAME];
-    let mut i = 0;
-    while i < b.len() {
-        out[i] = b[i];
-        i += 1;
-    }
-    out
-}
-
 macro_rules! hooks {
     ($($i:literal $name:ident $kind:ident $fail:ident,)*) => {
         const HOOKS: usize = [$($i),*].len();
@@ -119,7 +109,7 @@ macro_rules! hooks {
         static SLOTS: [AtomicUsize; HOOKS] = [const { AtomicUsize::new(0) }; HOOKS];
         /// The next library's functions, looked up once (0: not yet, 1: missing).
         static REALS: [AtomicUsize; HOOKS] = [const { AtomicUsize::new(0) }; HOOKS];
-        static NAMES: [[u8; NAME]; HOOKS] = [$(name(stringify!($name))),*];
+        static NAMES: [[u8; NAME]; HOOKS] = [$(inline_name(concat!(stringify!($name), "\0").as_bytes())),*];
         static KINDS: [Kind; HOOKS] = [$(Kind::$kind),*];
         static FAILS: [Fail; HOOKS] = [$(Fail::$fail),*];
         $(
@@ -462,7 +452,8 @@ static CWD_LEN: AtomicUsize = AtomicUsize::new(0);
 /// Whether an LD_PRELOAD entry is a relative path (a bare name is searched for, and the
 /// loader then keeps the path it found).
 fn relative_preload() -> bool {
-    let Some(v) = environment_value(b"LD_PRELOAD=") else {
+    let Some(v) = environment_entry(b"LD_PRELOAD=").and_then(|e| e.get(b"LD_PRELOAD=".len()..))
+    else {
         return false;
     };
     v.split(|&b| b == b' ' || b == b':')
@@ -620,42 +611,6 @@ extern "C" fn after_fork_child() {
 #[unsafe(link_section = ".init_array")]
 static INIT: extern "C" fn() = init;
 
-/// The value of the environment variable `name_eq` ("NAME=") names.
-fn environment_value(name_eq: &[u8]) -> Option<&'static [u8]> {
-    // SAFETY: as in `environment_has`; the strings live as long as the process (the
-    // constructor's caller keeps them).
-    unsafe {
-        let mut e = environ;
-        while !e.is_null() && !(*e).is_null() {
-            let v = (*e).cast::<u8>();
-            if name_eq.iter().enumerate().all(|(i, &b)| *v.add(i) == b) {
-                let s = core::ffi::CStr::from_ptr(v.add(name_eq.len()).cast()).to_bytes();
-                return Some(s);
-            }
-            e = e.add(1);
-        }
-    }
-    None
-}
-
-/// Whether some environment variable's name starts with `prefix`.
-fn environment_has(prefix: &[u8]) -> bool {
-    // SAFETY: environ is null or a null-terminated array of NUL-terminated strings (the
-    // constructor runs before the program could change it from another thread); each string
-    // is read no further than its first byte that differs from `prefix`, at worst its NUL.
-    unsafe {
-        let mut e = environ;
-        while !e.is_null() && !(*e).is_null() {
-            let v = (*e).cast::<u8>();
-            if prefix.iter().enumerate().all(|(i, &b)| *v.add(i) == b) {
-                return true;
-            }
-            e = e.add(1);
-        }
-    }
-    false
-}
-
 #[repr(C)]
 struct DlInfo {
     fname: *const c_char,
@@ -671,7 +626,6 @@ const PTHREAD_CANCEL_DISABLE: c_int = 1;
 
 #[link(name = "c")]
 unsafe extern "C" {
-    static environ: *const *const c_char;
     fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
     fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
     fn dlerror() -> *mut c_char;

@@ -63,20 +63,7 @@ core::arch::global_asm!(
     ".text",
 );
 
-/// `bytes`, zero-padded, in an array of `N`: a name kept inline in a static (a pointer
-/// there would be a relocation the loader writes at every start). Longer than `N`: a
-/// compile-time error where it is used to build a static.
-pub(crate) const fn inline_name<const N: usize>(bytes: &[u8]) -> [u8; N] {
-    assert!(bytes.len() <= N, "a name longer than its inline room");
-    let mut out = [0u8; N];
-    let mut i = 0;
-    while i < bytes.len() {
-        out[i] = bytes[i];
-        i += 1;
-    }
-    out
-}
-
+pub(crate) use dropbehind_bare::inline_name;
 use dropbehind_core::{config, policy};
 use dropbehind_sys as sys;
 use helpers::{dirprefetch, mapwatch, prefetch, writeback};

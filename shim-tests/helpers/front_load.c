@@ -53,6 +53,17 @@ static void open_close(void)
         close(fd);
 }
 
+/* A vfork child's open, the parent waiting for its exit. */
+static void vfork_open(void)
+{
+    pid_t pid = vfork();
+    if (pid == 0) {
+        open_close();
+        _exit(0);
+    }
+    waitpid(pid, NULL, 0);
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -82,12 +93,7 @@ int main(int argc, char **argv)
         if (p != MAP_FAILED)
             munmap(p, 4096);
     } else if (!strcmp(mode, "vfork")) {
-        pid_t pid = vfork();
-        if (pid == 0) {
-            open_close();
-            _exit(0);
-        }
-        waitpid(pid, NULL, 0);
+        vfork_open();
         step();
         open_close();
         step();
@@ -113,12 +119,7 @@ int main(int argc, char **argv)
             printf("no-seccomp\n");
             return 0;
         }
-        pid_t pid = vfork();
-        if (pid == 0) {
-            open_close();
-            _exit(0);
-        }
-        waitpid(pid, NULL, 0);
+        vfork_open();
         step();
     } else if (!strcmp(mode, "chdir")) {
         if (chdir(argv[2]))

@@ -64,7 +64,7 @@ extern "C" fn init() {
         // caller's environment choose files to append to or fds to write to: defaults only.
         // Most processes set none of the variables: one pass over the environment then
         // spares a getenv (under std's lock, with a copy of the name) for each of them.
-        let ours = environment_has(b"DROPBEHIND_")
+        let ours = dropbehind_bare::environment_has(b"DROPBEHIND_")
             // SAFETY: getauxval only reads the auxiliary vector the kernel gave the process.
             && unsafe { libc::getauxval(libc::AT_SECURE) } == 0;
         let (cfg, bad) =
@@ -89,27 +89,6 @@ extern "C" fn init() {
             register_atfork();
         }
     })
-}
-
-/// Whether some environment variable's name starts with `prefix` (read as getenv reads it).
-fn environment_has(prefix: &[u8]) -> bool {
-    unsafe extern "C" {
-        static environ: *const *const libc::c_char;
-    }
-    // SAFETY: environ is null or a null-terminated array of NUL-terminated strings (the
-    // constructor runs before the program could change it from another thread); each string
-    // is read no further than its first byte that differs from `prefix`, at worst its NUL.
-    unsafe {
-        let mut e = environ;
-        while !e.is_null() && !(*e).is_null() {
-            let v = (*e).cast::<u8>();
-            if prefix.iter().enumerate().all(|(i, &b)| *v.add(i) == b) {
-                return true;
-            }
-            e = e.add(1);
-        }
-    }
-    false
 }
 
 /// pthread_atfork(NULL, NULL, after_fork_child), made the way libc_nonshared's
