@@ -35,8 +35,11 @@ all: build
 
 build:
 	$(CARGO) build --release --locked --all-targets
-	$(CARGO) build --profile front --locked -p dropbehind-front
-	install -m 755 target/front/libdropbehind.so $(LIB)
+	@# The front's trampolines are x86_64 assembly: elsewhere the engine is the preload.
+	if [ "$$(uname -m)" = x86_64 ]; then \
+		$(CARGO) build --profile front --locked -p dropbehind-front && \
+		install -m 755 target/front/libdropbehind.so $(LIB); \
+	else install -m 755 $(ENGINE) $(LIB); fi
 
 generated: build
 	@mkdir -p $(GEN)
@@ -69,7 +72,7 @@ lint:
 	else echo "lint: rustfmt is not installed, formatting not checked"; fi
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings && \
-	$(CARGO) clippy --profile front --locked -p dropbehind-front -- -D warnings; \
+	{ [ "$$(uname -m)" != x86_64 ] || $(CARGO) clippy --profile front --locked -p dropbehind-front -- -D warnings; }; \
 	else echo "lint: clippy is not installed, lints not checked"; fi
 
 unit-test:

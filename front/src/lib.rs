@@ -27,9 +27,9 @@
 //! x86_64 only: the trampolines are assembly. Elsewhere the engine is the preload itself.
 
 #![cfg_attr(panic = "abort", no_std)]
-
-#[cfg(not(target_arch = "x86_64"))]
-compile_error!("the front's trampolines are x86_64 assembly: preload the engine directly");
+// The trampolines are x86_64 assembly: elsewhere the crate is empty, and `make build`
+// installs the engine as libdropbehind.so.
+#![cfg(target_arch = "x86_64")]
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, AtomicUsize, Ordering};
