@@ -35,6 +35,11 @@ check "bad --window: exit 2 saying what it accepts (exit $rc)" '[ $rc = 2 ] && g
 check "bad --backend: exit 2 listing the choices (exit $rc)" '[ $rc = 2 ] && grep -q "dontcache" "$d/err"'
 "$LAUNCHER" -- /nonexistent/command 2>"$d/err"; rc=$?
 check "nonexistent command: exit 127 saying not found (exit $rc)" '[ $rc = 127 ] && grep -q "not found" "$d/err"'
+# The front without its engine would run the command untouched, saying nothing.
+mkdir -p "$d/front-alone" && cp "$LIB" "$d/front-alone/libdropbehind.so"
+DROPBEHIND_LIB="$d/front-alone/libdropbehind.so" "$LAUNCHER" -- true 2>"$d/err"; rc=$?
+check "DROPBEHIND_LIB a libdropbehind.so with no engine beside it: exit 2 naming the engine (exit $rc)" \
+    '[ $rc = 2 ] && grep -q "libdropbehind_engine.so" "$d/err"'
 "$LAUNCHER" -- no-such-command-anywhere 2>"$d/err"; rc=$?
 check "command not in PATH: exit 127" [ $rc = 127 ]
 printf 'echo hi\n' >"$d/noexec"; chmod 644 "$d/noexec"

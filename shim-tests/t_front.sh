@@ -32,6 +32,12 @@ check "a vfork child's open does not load it for the parent; the parent's does (
 out=$(run errno "$d/f")
 check "errno as the program set it after a hook's first calls, the one loading the engine too ($out)" \
     '[ "$out" = "kept kept kept engine " ]'
+# The front alone, no engine beside it: the load fails (dlopen's failure sets errno), the
+# program's calls go through untouched and find errno as they left it.
+mkdir -p "$d/alone" && cp "$LIB" "$d/alone/libdropbehind.so"
+out=$(LIB="$d/alone/libdropbehind.so" run errno "$d/f")
+check "no engine beside the front: the calls go through, errno as the program set it ($out)" \
+    '[ "$out" = "kept kept kept front " ]'
 out=$(run vfork-prctl "$d/f")
 check "a vfork child's prctl(PR_SET_NO_NEW_PRIVS) leaves its parent the engine ($out)" \
     '[ "$out" = "engine " ]'

@@ -5,7 +5,8 @@
 //! Why: every process of a wrapped job maps the preload, and most do nothing the shim acts
 //! on (`true`, `basename`, a shell's subshells). Mapping the engine at exec cost each of
 //! them 2-3% of an exec over an empty library, and the cost came with what it maps, not with
-//! what it runs (bench/results/overhead-i16.md); this front costs about 1%.
+//! what it runs (bench/results/overhead-i16.md); this front costs what an empty library
+//! does.
 //!
 //! Sections:
 //! - the hooks: one trampoline per exported name, `jmp` through its slot; an empty slot
@@ -33,7 +34,7 @@
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use dropbehind_bare::{environment_entry, environment_has, inline_name};
+use dropbehind_bare::{atomic_enum, environment_entry, environment_has, inline_name};
 
 #[cfg(panic = "abort")]
 #[panic_handler]
@@ -70,31 +71,27 @@ enum Fail {
     Number,
 }
 
-/// The engine's state for this process, in `ENGINE`.
-#[repr(u8)]
-#[derive(Clone, Copy, PartialEq)]
-enum Engine {
-    Unloaded = 0,
-    Loading = 1,
-    Loaded = 2,
-    /// Never to be loaded here (a sandbox may follow, or the load failed): real functions.
-    Off = 3,
+atomic_enum! {
+    /// The engine's state for this process, in `ENGINE`.
+    enum Engine in AtomicEngine(u8 as AtomicU8) {
+        /// Never to be loaded here (a sandbox may follow, or the load failed): real
+        /// functions.
+        Off = 3,
+        Unloaded = 0,
+        Loading = 1,
+        Loaded = 2,
+    }
 }
 
-static ENGINE: AtomicU8 = AtomicU8::new(Engine::Unloaded as u8);
+static ENGINE: AtomicEngine = AtomicEngine::new(Engine::Unloaded);
 
 fn engine() -> Engine {
-    match ENGINE.load(Ordering::SeqCst) {
-        0 => Engine::Unloaded,
-        1 => Engine::Loading,
-        2 => Engine::Loaded,
-        _ => Engine::Off,
-    }
+    ENGINE.load(Ordering::SeqCst)
 }
 
 fn move_engine(from: Engine, to: Engine) -> bool {
     ENGINE
-        .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+        .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
 }
 
@@ -113,11 +110,8 @@ macro_rules! hooks {
         static KINDS: [Kind; HOOKS] = [$(Kind::$kind),*];
         static FAILS: [Fail; HOOKS] = [$(Fail::$fail),*];
         $(
-            // Not in the unit-test binary: its exported read/write would replace the test
-            // harness's own.
             /// # Safety
             /// The C library's function of this name, called as it is.
-            #[cfg(not(test))]
             #[unsafe(no_mangle)]
             #[unsafe(naked)]
             pub unsafe extern "C" fn $name() {
@@ -421,14 +415,14 @@ fn load_engine() {
     if handle.is_null() {
         // SAFETY: clears the failure's message (freed by the next dl call anyway).
         unsafe { dlerror() };
-        ENGINE.store(Engine::Off as u8, Ordering::SeqCst);
+        ENGINE.store(Engine::Off, Ordering::SeqCst);
     } else {
         HANDLE.store(handle as usize, Ordering::Release);
-        ENGINE.store(Engine::Loaded as u8, Ordering::SeqCst);
+        ENGINE.store(Engine::Loaded, Ordering::SeqCst);
         // A prctl during the load went to the real function, which the engine did not see:
         // it is not to run, then. (One after this store reaches the engine's own hook.)
         if SANDBOXED.load(Ordering::SeqCst) {
-            ENGINE.store(Engine::Off as u8, Ordering::SeqCst);
+            ENGINE.store(Engine::Off, Ordering::SeqCst);
         }
     }
     // After the state moved: see `resolve`.
@@ -606,7 +600,6 @@ extern "C" fn after_fork_child() {
     PID.store(sys::getpid(), Ordering::Relaxed);
 }
 
-#[cfg(not(test))]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static INIT: extern "C" fn() = init;

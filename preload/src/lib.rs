@@ -19,7 +19,7 @@
 #![cfg_attr(test, allow(dead_code, unused_imports, unused_macros))]
 
 #[macro_use]
-mod atomic_enum;
+extern crate dropbehind_bare;
 #[macro_use]
 mod log;
 
